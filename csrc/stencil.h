@@ -1,0 +1,130 @@
+/*
+ * stencil.h -- the engine's shared vocabulary: status codes, boundary
+ * modes, the stencil kernel (a dense float64 weight box), and temporal
+ * fusion (composing a kernel with itself and planning the boundary band
+ * that fused steps must recompute step by step).
+ *
+ * Every grid and kernel is handled as 3D with leading unit axes:
+ * a 1D grid of n points is {1, 1, n}, a 2D grid of ny x nx is {1, ny, nx}.
+ * Axis 0 is z (slowest), axis 2 is x (fastest, contiguous).
+ *
+ * No Python in here: module.c is the only CPython glue.
+ */
+#ifndef CS_STENCIL_H
+#define CS_STENCIL_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CS_MAX_NDIM 3
+
+typedef enum cs_status {
+    CS_OK = 0,
+    CS_ERR_NOMEM = 1,       /* a host allocation failed */
+    CS_ERR_INVALID = 2,     /* an argument the caller should have checked */
+    CS_ERR_UNSUPPORTED = 3, /* valid, but this backend cannot run it */
+    CS_ERR_CUDA = 4,        /* a CUDA call failed; see the backend's message */
+    CS_ERR_NO_DEVICE = 5,   /* no usable GPU */
+    CS_ERR_DEVICE_NOMEM = 6 /* a device allocation failed */
+} cs_status;
+
+const char *
+cs_status_string(cs_status status);
+
+/* Boundary modes, with scipy.ndimage's names and meanings. */
+typedef enum cs_mode {
+    CS_MODE_CONSTANT = 0, /* k k k | a b c d | k k k   (k = cval)        */
+    CS_MODE_WRAP = 1,     /* b c d | a b c d | a b c   (periodic)        */
+    CS_MODE_NEAREST = 2,  /* a a a | a b c d | d d d                     */
+    CS_MODE_REFLECT = 3,  /* c b a | a b c d | d c b   (half-sample)     */
+    CS_MODE_MIRROR = 4    /* d c b | a b c d | c b a   (whole-sample)    */
+} cs_mode;
+
+#define CS_MODE_COUNT 5
+
+/*
+ * Map an index i (possibly outside [0, n)) to the grid index it reads
+ * under `mode`, for n >= 1.  Returns -1 for CS_MODE_CONSTANT when i is
+ * outside the grid (the caller reads cval).  Handles |i| much larger
+ * than n the way SciPy does (repeated wrapping or reflection).
+ */
+ptrdiff_t
+cs_extend_index(ptrdiff_t i, ptrdiff_t n, cs_mode mode);
+
+/* A stencil kernel: an owned, dense, C-ordered box of float64 weights. */
+typedef struct cs_kernel {
+    int ndim;              /* 1..3: the user's dimensionality */
+    ptrdiff_t size[3];     /* odd extents; unused leading axes are 1 */
+    double *weights;       /* size[0]*size[1]*size[2] values, owned */
+} cs_kernel;
+
+/* Copy `weights` (extents `size`, ndim of them, C order) into `k`. */
+cs_status
+cs_kernel_init(cs_kernel *k, int ndim, const ptrdiff_t *size,
+               const double *weights);
+
+/* Release k's weights; safe on a zeroed or already freed kernel. */
+void
+cs_kernel_free(cs_kernel *k);
+
+ptrdiff_t
+cs_kernel_count(const cs_kernel *k);
+
+/* (size[axis] - 1) / 2 */
+ptrdiff_t
+cs_kernel_radius(const cs_kernel *k, int axis);
+
+/*
+ * The kernel whose single application equals `k` applied `times` times
+ * (times >= 1): the full convolution of k with itself, radius times*r.
+ * `out` must be zeroed or freed; the caller frees it.
+ */
+cs_status
+cs_kernel_compose(const cs_kernel *k, int times, cs_kernel *out);
+
+/*
+ * Temporal fusion plan.  `depth` steps are fused into one pass with the
+ * composed kernel; `passes` such passes run first, then `remainder`
+ * single steps.  Near an edge, fused composition differs from stepping
+ * for every mode but wrap: an output within band[a] = (depth-1)*r[a] of
+ * either edge along axis a must be recomputed step by step, which reads
+ * the input strip of width strip[a] = (2*depth-1)*r[a] along that edge.
+ */
+typedef struct cs_fusion_plan {
+    int depth;
+    long passes;
+    long remainder;
+    int needs_band;        /* 0 for wrap or depth 1 */
+    ptrdiff_t band[3];
+    ptrdiff_t strip[3];
+} cs_fusion_plan;
+
+/*
+ * The deepest fusion whose composed kernel fits max_side[a] along every
+ * axis a (a side of 1 always fits), reduced to depth 1 when the grid is
+ * too small for the band fix-up (shape[a] < 2*strip[a] on a banded
+ * axis) or steps < depth.  max_side entries must be odd and >= 1.
+ */
+cs_status
+cs_fusion_plan_make(const cs_kernel *k, long steps, cs_mode mode,
+                    const ptrdiff_t shape[3], const ptrdiff_t max_side[3],
+                    cs_fusion_plan *plan);
+
+/* What a run did, reported to Python as last_run_info(). */
+typedef struct cs_run_info {
+    const char *backend;   /* "cpu", "cpu-tc", "cuda" */
+    const char *path;      /* e.g. "direct", "tensor-core", "cuda-core" */
+    int fused_depth;
+    long fused_passes;
+    long unfused_steps;
+    int threads;
+} cs_run_info;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CS_STENCIL_H */
