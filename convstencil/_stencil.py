@@ -1,0 +1,114 @@
+"""Stencil: a validated, immutable weight box, from a preset or custom."""
+import numpy as np
+
+from . import _presets
+
+# The engine handles any radius; this bound keeps a typo (a 2001-wide
+# kernel) from silently running for hours.  Raise it if a real use needs.
+MAX_RADIUS = 7
+
+
+def as_weights(weights):
+    """Validate user weights; return a read-only float64 C-ordered copy."""
+    if isinstance(weights, Stencil):
+        return weights.weights
+    try:
+        w = np.asarray(weights)
+    except Exception as exc:  # ragged lists and the like
+        raise TypeError("weights must be a real numeric array: %s" % exc)
+    if w.dtype.kind not in "biuf":
+        raise TypeError("weights must be real numbers (bool, int or float), "
+                        "got dtype %s" % w.dtype)
+    if w.ndim < 1 or w.ndim > 3:
+        raise ValueError("weights must be a 1D, 2D or 3D array, got ndim=%d"
+                         % w.ndim)
+    if w.size == 0:
+        raise ValueError("weights must not be empty, got shape %s"
+                         % (w.shape,))
+    if any(s % 2 == 0 for s in w.shape):
+        raise ValueError("weights need an odd size on every axis (the point "
+                         "itself at the centre), got shape %s" % (w.shape,))
+    if any(s > 2 * MAX_RADIUS + 1 for s in w.shape):
+        raise ValueError("weights may be at most %d wide per axis (radius "
+                         "%d), got shape %s"
+                         % (2 * MAX_RADIUS + 1, MAX_RADIUS, w.shape))
+    w = np.array(w, dtype=np.float64, order="C")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("weights must be finite (no NaN or inf)")
+    w.flags.writeable = False
+    return w
+
+
+class Stencil:
+    """A stencil: dense float64 weights applied by correlation.
+
+    ``Stencil("heat2d", alpha=0.2)`` builds a preset (names are
+    case-insensitive and ignore dashes); ``Stencil(weights=w)`` a custom
+    kernel of odd side per axis, 1D to 3D; ``Stencil("box2d9p",
+    weights=w)`` a preset shape with your weights (w must have the
+    preset's shape and be zero outside its footprint).
+    """
+
+    __slots__ = ("_name", "_weights")
+
+    def __init__(self, name=None, *, weights=None, alpha=None):
+        if name is None and weights is None:
+            raise TypeError("Stencil needs a preset name or weights=")
+        if name is None:
+            if alpha is not None:
+                raise TypeError("alpha= applies to the heat presets only")
+            self._name = None
+            self._weights = as_weights(weights)
+            return
+        canonical = _presets.resolve(name)
+        self._name = canonical
+        if weights is None:
+            w = _presets.preset_weights(canonical, alpha)
+        else:
+            if alpha is not None:
+                raise TypeError("give either alpha= or weights=, not both")
+            w = as_weights(weights)
+            mask = _presets.footprint(canonical)
+            if w.shape != mask.shape:
+                raise ValueError("preset %r needs weights of shape %s, got %s"
+                                 % (canonical, mask.shape, w.shape))
+            if np.any(w[~mask] != 0):
+                raise ValueError("weights for preset %r must be zero outside "
+                                 "its footprint; pass weights= alone for a "
+                                 "custom kernel" % canonical)
+        self._weights = as_weights(w)
+
+    @property
+    def name(self):
+        """The canonical preset name, or None for custom weights."""
+        return self._name
+
+    @property
+    def weights(self):
+        """Full dense float64 weight array (read-only), zeros included."""
+        return self._weights
+
+    @property
+    def ndim(self):
+        return self._weights.ndim
+
+    @property
+    def shape(self):
+        return self._weights.shape
+
+    @property
+    def radius(self):
+        return tuple((s - 1) // 2 for s in self._weights.shape)
+
+    def __repr__(self):
+        if self._name is not None:
+            return "Stencil(%r, shape=%s)" % (self._name, self.shape)
+        return "Stencil(weights=<%s float64>)" % "x".join(map(str, self.shape))
+
+    def __eq__(self, other):
+        return (isinstance(other, Stencil)
+                and self.shape == other.shape
+                and np.array_equal(self._weights, other._weights))
+
+    def __hash__(self):
+        return hash((self.shape, self._weights.tobytes()))

@@ -1,0 +1,110 @@
+"""Build convstencil._core: the C engine, and the CUDA engine when nvcc is found.
+
+Environment:
+  CONVSTENCIL_CUDA=0|1   force building without / with the CUDA engine
+                         (default: build it when nvcc is found via CUDA_HOME,
+                         CUDA_PATH, then PATH)
+  CONVSTENCIL_MARCH=...  -march for the C engine (default "native": the
+                         package is built where it runs; set "x86-64-v3" or
+                         similar for portable builds)
+  CONVSTENCIL_CUDA_ARCH  nvcc -arch value (default "sm_90")
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def find_nvcc():
+    """Return the nvcc path, or None; CUDA_HOME, then CUDA_PATH, then PATH."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home:
+            candidate = os.path.join(home, "bin", "nvcc")
+            if os.path.isfile(candidate):
+                return candidate
+    return shutil.which("nvcc")
+
+
+def want_cuda():
+    """(nvcc path or None, one line saying why)."""
+    forced = os.environ.get("CONVSTENCIL_CUDA")
+    if forced not in (None, "", "0", "1"):
+        raise SystemExit("CONVSTENCIL_CUDA must be 0 or 1, got %r" % forced)
+    nvcc = find_nvcc()
+    if forced == "0":
+        return None, "CUDA engine disabled by CONVSTENCIL_CUDA=0 at build time"
+    if nvcc is None:
+        if forced == "1":
+            raise SystemExit("CONVSTENCIL_CUDA=1 but nvcc was not found "
+                             "(set CUDA_HOME or put nvcc on PATH)")
+        return None, "nvcc not found at build time"
+    return nvcc, "building the CUDA engine with %s" % nvcc
+
+
+class BuildExtWithCuda(build_ext):
+    """Compile csrc/cuda/*.cu with nvcc into objects linked into _core."""
+
+    def build_extension(self, ext):
+        nvcc = getattr(ext, "nvcc", None)
+        if nvcc:
+            self._compile_cuda(ext, nvcc)
+        super().build_extension(ext)
+
+    def _compile_cuda(self, ext, nvcc):
+        arch = os.environ.get("CONVSTENCIL_CUDA_ARCH", "sm_90")
+        build_dir = os.path.join(self.build_temp, "cuda")
+        os.makedirs(build_dir, exist_ok=True)
+        objects = []
+        for source in sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda",
+                                                    "*.cu"))):
+            obj = os.path.join(build_dir,
+                               os.path.basename(source)[:-3] + ".o")
+            cmd = [nvcc, "-std=c++17", "-O3", "-arch=" + arch,
+                   "-Xcompiler", "-fPIC", "-I" + os.path.join(ROOT, "csrc"),
+                   "-c", source, "-o", obj]
+            print(" ".join(cmd))
+            subprocess.check_call(cmd)
+            objects.append(obj)
+        ext.extra_objects = list(ext.extra_objects or []) + objects
+
+
+def make_extension():
+    nvcc, why = want_cuda()
+    print("convstencil: %s" % (why if nvcc else why + ": building the CPU "
+                                "engine only"), file=sys.stderr)
+    march = os.environ.get("CONVSTENCIL_MARCH", "native")
+    sources = (["csrc/module.c", "csrc/stencil.c", "csrc/layout.c"]
+               + sorted(glob.glob("csrc/cpu/*.c")))
+    compile_args = ["-std=c99", "-O3", "-fopenmp", "-Wall", "-Wextra",
+                    "-Wno-unused-parameter"]
+    if march:
+        compile_args.append("-march=" + march)
+    link_args = ["-fopenmp"]
+    macros = [("NPY_NO_DEPRECATED_API", "NPY_1_22_API_VERSION")]
+    libraries, library_dirs = [], []
+    if not nvcc:
+        macros.append(("CS_NO_CUDA_REASON", '"%s"' % why))
+    else:
+        cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        macros.append(("CS_HAVE_CUDA", "1"))
+        library_dirs.append(os.path.join(cuda_home, "lib64"))
+        # static runtime: the wheel needs only the driver on the user's machine
+        libraries += ["cudart_static", "rt", "dl", "pthread", "stdc++"]
+    ext = Extension("convstencil._core", sources=sources,
+                    include_dirs=[np.get_include(), "csrc"],
+                    define_macros=macros, extra_compile_args=compile_args,
+                    extra_link_args=link_args, libraries=libraries,
+                    library_dirs=library_dirs)
+    ext.nvcc = nvcc
+    return ext
+
+
+setup(ext_modules=[make_extension()], cmdclass={"build_ext": BuildExtWithCuda})
