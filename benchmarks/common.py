@@ -1,0 +1,69 @@
+"""Shared pieces of the benchmark harnesses: provenance and result files."""
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import numpy as np
+
+import convstencil as cs
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+# Problem sizes of the paper's CPU comparison (issue: 2D 4096^2, 3D 256^3,
+# 1D 2^24 points).
+CPU_SIZES = {1: (1 << 24,), 2: (4096, 4096), 3: (256, 256, 256)}
+
+
+def commit():
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, check=True,
+                             cwd=os.path.dirname(RESULTS))
+        dirty = subprocess.run(["git", "status", "--porcelain",
+                                "--untracked-files=no"],
+                               capture_output=True, text=True,
+                               cwd=os.path.dirname(RESULTS)).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def provenance(device):
+    return {"device": device,
+            "date": datetime.datetime.now(datetime.timezone.utc)
+            .strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "commit": commit(),
+            "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "convstencil": cs.__version__}
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def write_results(stem, records, markdown):
+    """Write <stem>.json (list of records) and <stem>.md under results/."""
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, stem + ".json"), "w") as f:
+        json.dump(records, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(RESULTS, stem + ".md"), "w") as f:
+        f.write(markdown)
+    print("wrote %s/%s.{json,md}" % (RESULTS, stem))
+
+
+def geomean(values):
+    values = np.asarray(values, dtype=float)
+    return float(np.exp(np.mean(np.log(values))))

@@ -1,0 +1,94 @@
+/*
+ * check.cuh -- error handling for the CUDA engine, llm.c style but
+ * without exit(): every CUDA call and kernel launch is checked, and a
+ * failure writes "what failed: cudaGetErrorString" into the caller's
+ * message buffer and returns a cs_status.  Nothing here ever aborts the
+ * process (it may be a user's notebook kernel).
+ *
+ * A cs_cuda_ctx travels through every launcher: the stream all work is
+ * queued on and the message buffer.  With CONVSTENCIL_CUDA_SYNC=1 in the
+ * environment, each launch is followed by a stream synchronization, so
+ * an asynchronous fault (an illegal address, say) is reported under the
+ * name of the kernel that caused it rather than at the next copy.  With
+ * CONVSTENCIL_CUDA_POISON=1, device memory is filled with NaN (all bits
+ * set) when allocated, so a result element no kernel wrote shows up as
+ * NaN instead of as a stale value that happens to be right.
+ */
+#ifndef CS_CUDA_CHECK_CUH
+#define CS_CUDA_CHECK_CUH
+
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "../stencil.h"
+
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+typedef struct cs_cuda_ctx {
+    cudaStream_t stream;
+    int sync_each_launch; /* debugging: name the kernel that faults */
+    int poison_memory;    /* testing: fill new device memory with NaN */
+    char *err;            /* message buffer, may be NULL */
+    size_t err_len;
+} cs_cuda_ctx;
+
+/* printf into the context's message buffer (the first failure wins). */
+static inline void
+cs_cuda_message(cs_cuda_ctx *ctx, const char *fmt, ...)
+{
+    if (ctx->err == NULL || ctx->err_len == 0) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, ctx->err_len, fmt, ap);
+    va_end(ap);
+}
+
+/*
+ * Record a failed CUDA call and return CS_ERR_CUDA.  The runtime's
+ * last-error slot is cleared so that a later, unrelated check does not
+ * report this error again (sticky errors stay, as they must).
+ */
+static inline cs_status
+cs_cuda_fail(cs_cuda_ctx *ctx, cudaError_t e, const char *what)
+{
+    cs_cuda_message(ctx, "%s: %s", what, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return CS_ERR_CUDA;
+}
+
+/* Check a runtime call; on failure record it and return CS_ERR_CUDA. */
+#define CS_CUDA_CHECK(ctx, call, what)                                        \
+    do {                                                                      \
+        cudaError_t e_ = (call);                                              \
+        if (e_ != cudaSuccess) {                                              \
+            return cs_cuda_fail((ctx), e_, (what));                           \
+        }                                                                     \
+    } while (0)
+
+/* Propagate a cs_status from a helper. */
+#define CS_TRY(expr)                                                          \
+    do {                                                                      \
+        cs_status s_ = (expr);                                                \
+        if (s_ != CS_OK) {                                                    \
+            return s_;                                                        \
+        }                                                                     \
+    } while (0)
+
+/* Check the launch just queued on ctx->stream (named `kernel`). */
+static inline cs_status
+cs_cuda_check_launch(cs_cuda_ctx *ctx, const char *kernel)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && ctx->sync_each_launch) {
+        e = cudaStreamSynchronize(ctx->stream);
+    }
+    if (e != cudaSuccess) {
+        return cs_cuda_fail(ctx, e, kernel);
+    }
+    return CS_OK;
+}
+
+#endif /* CS_CUDA_CHECK_CUH */

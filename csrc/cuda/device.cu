@@ -1,0 +1,100 @@
+/*
+ * device.cu -- cs_cuda_device_count: is there a GPU this engine can use?
+ *
+ * Asks the runtime for the visible devices and describes the current one
+ * ("NVIDIA H100 80GB HBM3, sm_90, 132 SMs").  A machine without a driver
+ * or without a GPU is an answer, not a crash: the runtime reports an
+ * error code, which becomes the message.  A device this build has no
+ * kernel image for (compiled for sm_90, run on an older GPU) counts as
+ * unusable, found by asking the runtime for a probe kernel's attributes.
+ */
+#include "cuda_engine.h"
+#include "check.cuh"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Never launched: its attributes tell whether this build runs here. */
+__global__ void
+cs_cuda_probe_kernel(void)
+{
+}
+
+/* snprintf into msg, which may be NULL. */
+static void
+say(char *msg, size_t msg_len, const char *fmt, ...)
+{
+    if (msg == NULL || msg_len == 0) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msg_len, fmt, ap);
+    va_end(ap);
+}
+
+int
+cs_cuda_device_count(char *msg, size_t msg_len)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        /* no driver, no GPU, a driver older than the runtime, ... */
+        say(msg, msg_len, "no usable CUDA device: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return e == cudaErrorNoDevice ? 0 : -1;
+    }
+    if (count == 0) {
+        say(msg, msg_len, "no CUDA device is visible");
+        return 0;
+    }
+    int dev = 0;
+    cudaDeviceProp prop;
+    e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) {
+        e = cudaGetDeviceProperties(&prop, dev);
+    }
+    if (e != cudaSuccess) {
+        say(msg, msg_len, "cannot query CUDA device: %s",
+            cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    cudaFuncAttributes attr;
+    e = cudaFuncGetAttributes(&attr, cs_cuda_probe_kernel);
+    if (e != cudaSuccess) {
+        say(msg, msg_len, "%s, sm_%d%d: not usable by this build: %s",
+            prop.name, prop.major, prop.minor, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (count > 1) {
+        say(msg, msg_len, "%s, sm_%d%d, %d SMs (device %d of %d)", prop.name,
+            prop.major, prop.minor, prop.multiProcessorCount, dev, count);
+    } else {
+        say(msg, msg_len, "%s, sm_%d%d, %d SMs", prop.name, prop.major,
+            prop.minor, prop.multiProcessorCount);
+    }
+    return count;
+}
+
+cs_status
+cs_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg,
+                 size_t msg_len)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        say(msg, msg_len, "no usable CUDA device: %s",
+            e != cudaSuccess ? cudaGetErrorString(e) : "none is visible");
+        (void)cudaGetLastError();
+        return CS_ERR_NO_DEVICE;
+    }
+    e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess) {
+        say(msg, msg_len, "%s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return CS_ERR_CUDA;
+    }
+    return CS_OK;
+}

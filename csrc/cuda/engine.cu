@@ -1,0 +1,637 @@
+/*
+ * engine.cu -- cs_cuda_apply: the GPU engine's orchestration.
+ *
+ * Data flow: one device arena (one cudaMalloc) holds two padded
+ * ping-pong grids, the band fix-up's strip buffers and the parameters
+ * (weights, stencil2row tables).  The grid is uploaded once (contiguous,
+ * into the spare grid, then repacked into the padded one on the device),
+ * the whole step loop runs on one stream, and the result is repacked and
+ * downloaded once.  Every exit frees everything.
+ *
+ * Step loop, tensor-core path (planar kernels up to 7 x 7 on sm_90):
+ *   cs_fusion_plan_make with max side {1, 7, 7} fuses `depth` steps into
+ *   one pass of the composed kernel; each pass refreshes the input's halo
+ *   (constant mode: once per buffer, nothing else writes it), runs
+ *   tc2d, then, unless the mode is wrap or depth is 1, recomputes the
+ *   band of width (depth-1)*r along each edge step by step on CUDA cores;
+ *   `remainder` unfused steps follow on CUDA cores.
+ * CUDA-core path: every step is halo refresh + one direct stencil step.
+ *
+ * Band fix-up, per banded axis: the two edge strips of width
+ * strip = (2*depth-1)*r of the pass's input are stacked into one scratch
+ * grid (near edge strip, then far edge strip), which runs `depth` steps
+ * of the unfused kernel as a grid of its own with the real boundary mode:
+ * its two outer edges are the grid's real edges, so their halo fill is
+ * exact (nearest/reflect/mirror reflect within the strip; constant is
+ * cval); the seam between the strips is artificial and corrupts only
+ * rows within depth*r of it, and the outer band = (depth-1)*r rows of
+ * each strip, which are copied into the pass's output, stay exact.  The
+ * strips span the other axes whole, so corners are exact too.
+ */
+#include "cuda_engine.h"
+#include "kernels.cuh"
+#include "../layout.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA_ALIGN 256 /* bytes: every piece of the arena starts aligned */
+
+/* ------------------------------------------------------------------------
+ * padded grid geometry and the device arena
+ * --------------------------------------------------------------------- */
+
+/*
+ * A padded grid of extents n with halo h: planes of rows of `pitch`
+ * doubles; the interior starts `lead` doubles into its row, lead >= h[2]
+ * and a multiple of 8, pitch a multiple of 8, so that interior rows start
+ * 64-byte aligned (the arena is 256-byte aligned).
+ */
+typedef struct grid_geom {
+    ptrdiff_t n[3], halo[3];
+    ptrdiff_t lead, pitch, plane;
+    size_t bytes;
+} grid_geom;
+
+static ptrdiff_t
+round_up(ptrdiff_t v, ptrdiff_t m)
+{
+    return (v + m - 1) / m * m;
+}
+
+/* a * b into *out unless it overflows size_t */
+static int
+mul_ok(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a) {
+        return 0;
+    }
+    *out = a * b;
+    return 1;
+}
+
+/* 0 when the sizes overflow. */
+static int
+geom_make(const ptrdiff_t n[3], const ptrdiff_t h[3], grid_geom *g)
+{
+    for (int a = 0; a < 3; a++) {
+        if (n[a] > PTRDIFF_MAX / 4 || h[a] > PTRDIFF_MAX / 4) {
+            return 0;
+        }
+        g->n[a] = n[a];
+        g->halo[a] = h[a];
+    }
+    g->lead = round_up(h[2], 8);
+    g->pitch = round_up(g->lead + n[2] + h[2], 8);
+    size_t rows = (size_t)(n[1] + 2 * h[1]);
+    size_t planes = (size_t)(n[0] + 2 * h[0]);
+    size_t plane, total, bytes;
+    if (!mul_ok((size_t)g->pitch, rows, &plane) || plane > PTRDIFF_MAX
+        || !mul_ok(plane, planes, &total)
+        || !mul_ok(total, sizeof(double), &bytes)) {
+        return 0;
+    }
+    g->plane = (ptrdiff_t)plane;
+    g->bytes = bytes;
+    return 1;
+}
+
+static cs_dgrid
+geom_view(const grid_geom *g, char *base)
+{
+    cs_dgrid v;
+    v.origin = (double *)base + g->halo[0] * g->plane + g->halo[1] * g->pitch
+               + g->lead;
+    for (int a = 0; a < 3; a++) {
+        v.n[a] = g->n[a];
+        v.halo[a] = g->halo[a];
+    }
+    v.pitch = g->pitch;
+    v.plane = g->plane;
+    return v;
+}
+
+/* The grid n as a C-contiguous array at `base` (no halo). */
+static cs_dgrid
+contiguous_view(const ptrdiff_t n[3], char *base)
+{
+    cs_dgrid v;
+    v.origin = (double *)base;
+    for (int a = 0; a < 3; a++) {
+        v.n[a] = n[a];
+        v.halo[a] = 0;
+    }
+    v.pitch = n[2];
+    v.plane = n[1] * n[2];
+    return v;
+}
+
+/* Reserve `bytes` at the end of an arena plan; 0 on overflow. */
+static int
+arena_take(size_t *top, size_t bytes, size_t *offset)
+{
+    size_t at = (*top + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (at < *top || bytes > SIZE_MAX - at) {
+        return 0;
+    }
+    *offset = at;
+    *top = at + bytes;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------
+ * steps
+ * --------------------------------------------------------------------- */
+
+/* Halo refresh; constant halos are filled once per buffer (`*filled`). */
+static cs_status
+refresh_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, cs_mode mode, double cval,
+             int *filled)
+{
+    if (mode == CS_MODE_CONSTANT && *filled) {
+        return CS_OK;
+    }
+    CS_TRY(cs_cuda_fill_halo(ctx, g, mode, cval));
+    *filled = 1;
+    return CS_OK;
+}
+
+/* A scratch pair for the band fix-up along one axis. */
+typedef struct band_job {
+    int active;
+    cs_dgrid buf[2];
+    int filled[2];
+} band_job;
+
+/*
+ * Recompute the band of the pass src -> dst along axis a step by step
+ * (see the top comment): gather both edge strips of src into job->buf[0],
+ * run plan->depth unfused steps, scatter the outer bands into dst.
+ */
+static cs_status
+fix_band(cs_cuda_ctx *ctx, band_job *job, int a, const cs_dgrid *src,
+         const cs_dgrid *dst, const cs_fusion_plan *plan,
+         const cs_dkernel *k, cs_mode mode, double cval)
+{
+    const ptrdiff_t s = plan->strip[a];
+    const ptrdiff_t b = plan->band[a];
+    const ptrdiff_t n = src->n[a];
+    ptrdiff_t ext[3] = {src->n[0], src->n[1], src->n[2]};
+    ptrdiff_t origin[3] = {0, 0, 0};
+    ptrdiff_t far_src[3] = {0, 0, 0};
+    ptrdiff_t far_buf[3] = {0, 0, 0};
+
+    ext[a] = s;
+    far_src[a] = n - s;
+    far_buf[a] = s;
+    CS_TRY(cs_cuda_copy_box(ctx, &job->buf[0], origin, src, origin, ext));
+    CS_TRY(cs_cuda_copy_box(ctx, &job->buf[0], far_buf, src, far_src, ext));
+    int c = 0;
+    for (int t = 0; t < plan->depth; t++) {
+        CS_TRY(refresh_halo(ctx, &job->buf[c], mode, cval, &job->filled[c]));
+        CS_TRY(cs_cuda_core_step(ctx, &job->buf[c], &job->buf[1 - c], k));
+        c = 1 - c;
+    }
+    ext[a] = b;
+    far_src[a] = n - b;     /* now: where the far band goes in dst */
+    far_buf[a] = 2 * s - b; /* and where it is in the strip buffer */
+    CS_TRY(cs_cuda_copy_box(ctx, dst, origin, &job->buf[c], origin, ext));
+    CS_TRY(cs_cuda_copy_box(ctx, dst, far_src, &job->buf[c], far_buf, ext));
+    return CS_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * cs_cuda_apply
+ * --------------------------------------------------------------------- */
+
+/* What one apply owns; released by release_state on every path. */
+typedef struct apply_state {
+    cs_kernel composed;    /* the fused kernel (tensor-core path) */
+    cs_layout2d layout;    /* its stencil2row layout */
+    int layout_built;
+    char *arena;           /* device memory */
+    cudaStream_t stream;
+    cudaEvent_t loop_start, loop_stop; /* time the step loop */
+} apply_state;
+
+static void
+release_state(apply_state *s)
+{
+    if (s->stream != NULL) {
+        (void)cudaStreamSynchronize(s->stream);
+        (void)cudaStreamDestroy(s->stream);
+    }
+    if (s->loop_start != NULL) {
+        (void)cudaEventDestroy(s->loop_start);
+    }
+    if (s->loop_stop != NULL) {
+        (void)cudaEventDestroy(s->loop_stop);
+    }
+    if (s->arena != NULL) {
+        (void)cudaFree(s->arena);
+    }
+    if (s->layout_built) {
+        cs_layout2d_free(&s->layout);
+    }
+    cs_kernel_free(&s->composed);
+}
+
+/* Argument checks: CS_OK or CS_ERR_INVALID with a message. */
+static cs_status
+check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
+           const ptrdiff_t shape[3], const cs_kernel *kernel, cs_mode mode,
+           long steps, cs_cuda_path path)
+{
+    if (in == NULL || out == NULL || shape == NULL || kernel == NULL
+        || kernel->weights == NULL) {
+        cs_cuda_message(ctx, "cs_cuda_apply: NULL argument");
+        return CS_ERR_INVALID;
+    }
+    for (int a = 0; a < 3; a++) {
+        if (shape[a] < 0) {
+            cs_cuda_message(ctx, "cs_cuda_apply: negative grid extent");
+            return CS_ERR_INVALID;
+        }
+        if (kernel->size[a] < 1 || kernel->size[a] % 2 == 0
+            || kernel->size[a] > INT_MAX) {
+            cs_cuda_message(ctx, "cs_cuda_apply: kernel extents must be odd");
+            return CS_ERR_INVALID;
+        }
+    }
+    if (cs_kernel_count(kernel) > INT_MAX) {
+        cs_cuda_message(ctx, "cs_cuda_apply: kernel too large");
+        return CS_ERR_INVALID;
+    }
+    if (shape[0] > 0 && shape[1] > 0 && shape[2] > 0
+        && (shape[1] > PTRDIFF_MAX / 8 / shape[2]
+            || shape[0] > PTRDIFF_MAX / 8 / (shape[1] * shape[2]))) {
+        cs_cuda_message(ctx, "cs_cuda_apply: grid too large");
+        return CS_ERR_INVALID;
+    }
+    if (steps < 0 || (int)mode < 0 || (int)mode >= CS_MODE_COUNT
+        || (int)path < CS_CUDA_PATH_AUTO
+        || (int)path > CS_CUDA_PATH_CUDA_CORE) {
+        cs_cuda_message(ctx, "cs_cuda_apply: invalid steps, mode or path");
+        return CS_ERR_INVALID;
+    }
+    return CS_OK;
+}
+
+/*
+ * Is there a device, and may `path` run `kernel` on it?  Sets *use_tc and
+ * *smem_optin (shared memory a block may opt into).
+ */
+static cs_status
+choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, cs_cuda_path path,
+            int *use_tc, int *smem_optin)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cs_cuda_message(ctx, "no usable CUDA device: %s",
+                        e != cudaSuccess ? cudaGetErrorString(e)
+                                         : "none is visible");
+        (void)cudaGetLastError();
+        return CS_ERR_NO_DEVICE;
+    }
+    int dev = 0, major = 0;
+    e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) {
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                   dev);
+    }
+    if (e == cudaSuccess) {
+        e = cudaDeviceGetAttribute(smem_optin,
+                                   cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                   dev);
+    }
+    if (e != cudaSuccess) {
+        return cs_cuda_fail(ctx, e, "cudaDeviceGetAttribute");
+    }
+    const int tc_fits = kernel->size[0] == 1 && kernel->size[1] <= 7
+                        && kernel->size[2] <= 7;
+    const int tc_hw = major >= 9; /* FP64 m16n8k4 MMA: sm_90 */
+    if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits) {
+        cs_cuda_message(ctx,
+                        "the tensor-core path runs planar kernels up to "
+                        "7 x 7; this one is %td x %td x %td",
+                        kernel->size[0], kernel->size[1], kernel->size[2]);
+        return CS_ERR_UNSUPPORTED;
+    }
+    if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_hw) {
+        cs_cuda_message(ctx, "the tensor-core path needs sm_90 or newer "
+                             "(FP64 m16n8k4 MMA); this device is sm_%d0",
+                        major);
+        return CS_ERR_UNSUPPORTED;
+    }
+    /* AUTO: tensor cores for 2D kernels that fit (to be tuned) */
+    *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
+              || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw
+                  && kernel->ndim == 2);
+    return CS_OK;
+}
+
+/* Fusion plan, composed kernel and checked layout of the tensor-core path. */
+static cs_status
+plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
+                 long steps, cs_mode mode, const ptrdiff_t shape[3],
+                 int smem_optin, cs_fusion_plan *plan)
+{
+    const ptrdiff_t max_side[3] = {1, 7, 7};
+    cs_status st =
+        cs_fusion_plan_make(kernel, steps, mode, shape, max_side, plan);
+    if (st == CS_OK) {
+        st = cs_kernel_compose(kernel, plan->depth, &s->composed);
+    }
+    if (st == CS_OK) {
+        s->layout_built = 1;
+        st = cs_layout2d_build(s->composed.weights, (int)s->composed.size[1],
+                               (int)s->composed.size[2], CS_TC2D_GROUPS,
+                               CS_TC2D_TILE_ROWS, &s->layout);
+    }
+    if (st != CS_OK) {
+        cs_cuda_message(ctx, "tensor-core plan (depth %d): %s", plan->depth,
+                        cs_status_string(st));
+        return st;
+    }
+    if (plan->needs_band && plan->band[0] != 0) {
+        cs_cuda_message(ctx, "tensor-core plan: a band along z");
+        return CS_ERR_INVALID;
+    }
+    return cs_cuda_tc2d_check_layout(ctx, &s->layout, (size_t)smem_optin);
+}
+
+static cs_status
+upload(cs_cuda_ctx *ctx, char *dst, const void *src, size_t bytes,
+       const char *what)
+{
+    if (bytes > 0) {
+        CS_CUDA_CHECK(ctx,
+                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                      ctx->stream),
+                      what);
+    }
+    return CS_OK;
+}
+
+/*
+ * Allocate, upload, run the step loop of `plan`, download.  The step
+ * loop's device time (no transfers) goes to *loop_seconds.
+ */
+static cs_status
+run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
+              double *out, const ptrdiff_t shape[3], const cs_kernel *kernel,
+              cs_mode mode, double cval, int use_tc,
+              const cs_fusion_plan *plan, double *loop_seconds)
+{
+    const size_t count = (size_t)(shape[0] * shape[1] * shape[2]);
+
+    /* ---- geometry: main grids, band strips (both edge strips stacked
+       along their axis), parameters; one arena ---- */
+    ptrdiff_t r[3], halo[3], ny_strip[3], nx_strip[3];
+    for (int a = 0; a < 3; a++) {
+        r[a] = cs_kernel_radius(kernel, a);
+        halo[a] = r[a];
+        ny_strip[a] = nx_strip[a] = shape[a];
+    }
+    if (use_tc) {
+        /* the fused kernel's reach in y, and the 3 columns of X */
+        halo[1] = (s->composed.size[1] - 1) / 2;
+        halo[2] = 3;
+    }
+    ny_strip[1] = 2 * plan->strip[1];
+    nx_strip[2] = 2 * plan->strip[2];
+    band_job jobs[3];
+    memset(jobs, 0, sizeof(jobs));
+    for (int a = 1; a < 3; a++) {
+        jobs[a].active = use_tc && plan->needs_band && plan->band[a] > 0;
+    }
+    grid_geom gmain, gstrip[3];
+    int ok = geom_make(shape, halo, &gmain);
+    if (jobs[1].active) {
+        ok = ok && geom_make(ny_strip, r, &gstrip[1]);
+    }
+    if (jobs[2].active) {
+        ok = ok && geom_make(nx_strip, r, &gstrip[2]);
+    }
+    const size_t kbytes = (size_t)cs_kernel_count(kernel) * sizeof(double);
+    const size_t wbytes =
+        use_tc ? (size_t)s->layout.kpad * s->layout.group * sizeof(double) : 0;
+    const size_t lbytes =
+        use_tc ? (size_t)4 * s->layout.in_cols * sizeof(int) : 0;
+    size_t top = 0, off_main[2] = {0, 0}, off_strip[3][2] = {{0}};
+    size_t off_w = 0, off_wa = 0, off_wb = 0, off_lut = 0;
+    ok = ok && arena_take(&top, gmain.bytes, &off_main[0])
+         && arena_take(&top, gmain.bytes, &off_main[1])
+         && arena_take(&top, kbytes, &off_w)
+         && arena_take(&top, wbytes, &off_wa)
+         && arena_take(&top, wbytes, &off_wb)
+         && arena_take(&top, lbytes, &off_lut);
+    for (int a = 1; a < 3; a++) {
+        for (int i = 0; i < 2 && jobs[a].active; i++) {
+            ok = ok && arena_take(&top, gstrip[a].bytes, &off_strip[a][i]);
+        }
+    }
+    if (!ok) {
+        cs_cuda_message(ctx, "cs_cuda_apply: a %td x %td x %td grid is too "
+                             "large to address",
+                        shape[0], shape[1], shape[2]);
+        return CS_ERR_DEVICE_NOMEM;
+    }
+    cudaError_t e = cudaMalloc((void **)&s->arena, top);
+    if (e != cudaSuccess) {
+        s->arena = NULL;
+        cs_cuda_message(ctx,
+                        "cudaMalloc of %.1f MiB (%zu bytes: two padded grids "
+                        "of %zu bytes, scratch and parameters) failed: %s",
+                        (double)top / (1024.0 * 1024.0), top, gmain.bytes,
+                        cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return e == cudaErrorMemoryAllocation ? CS_ERR_DEVICE_NOMEM
+                                              : CS_ERR_CUDA;
+    }
+    e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        s->stream = NULL;
+        return cs_cuda_fail(ctx, e, "cudaStreamCreateWithFlags");
+    }
+    ctx->stream = s->stream;
+    if (ctx->poison_memory) {
+        CS_CUDA_CHECK(ctx, cudaMemsetAsync(s->arena, 0xff, top, s->stream),
+                      "cudaMemsetAsync (poison device memory)");
+    }
+    e = cudaEventCreate(&s->loop_start);
+    if (e != cudaSuccess) {
+        s->loop_start = NULL;
+        return cs_cuda_fail(ctx, e, "cudaEventCreate");
+    }
+    e = cudaEventCreate(&s->loop_stop);
+    if (e != cudaSuccess) {
+        s->loop_stop = NULL;
+        return cs_cuda_fail(ctx, e, "cudaEventCreate");
+    }
+
+    char *arena = s->arena;
+    cs_dgrid g[2] = {geom_view(&gmain, arena + off_main[0]),
+                     geom_view(&gmain, arena + off_main[1])};
+    for (int a = 1; a < 3; a++) {
+        for (int i = 0; i < 2 && jobs[a].active; i++) {
+            jobs[a].buf[i] = geom_view(&gstrip[a], arena + off_strip[a][i]);
+        }
+    }
+    cs_dkernel dk;
+    dk.weights = (const double *)(arena + off_w);
+    for (int a = 0; a < 3; a++) {
+        dk.size[a] = (int)kernel->size[a];
+    }
+    cs_tc2d_plan tc;
+    memset(&tc, 0, sizeof(tc));
+    if (use_tc) {
+        tc.ky = (int)s->composed.size[1];
+        tc.ld = s->layout.ld;
+        tc.matrix_size = s->layout.matrix_size;
+        tc.lut = (const int *)(arena + off_lut);
+        tc.wa = (const double *)(arena + off_wa);
+        tc.wb = (const double *)(arena + off_wb);
+    }
+
+    /* ---- uploads: parameters, then the grid, contiguous, into the spare
+       buffer, repacked into the padded one on the device ---- */
+    CS_TRY(upload(ctx, arena + off_w, kernel->weights, kbytes,
+                  "cudaMemcpyAsync (upload weights)"));
+    if (use_tc) {
+        CS_TRY(upload(ctx, arena + off_wa, s->layout.weight_a, wbytes,
+                      "cudaMemcpyAsync (upload weight matrix A)"));
+        CS_TRY(upload(ctx, arena + off_wb, s->layout.weight_b, wbytes,
+                      "cudaMemcpyAsync (upload weight matrix B)"));
+        CS_TRY(upload(ctx, arena + off_lut, s->layout.lut, lbytes,
+                      "cudaMemcpyAsync (upload lookup table)"));
+    }
+    CS_TRY(upload(ctx, arena + off_main[1], in, count * sizeof(double),
+                  "cudaMemcpyAsync (upload grid)"));
+    const ptrdiff_t zero[3] = {0, 0, 0};
+    cs_dgrid staging = contiguous_view(shape, arena + off_main[1]);
+    CS_TRY(cs_cuda_copy_box(ctx, &g[0], zero, &staging, zero, shape));
+
+    /* ---- the step loop ---- */
+    CS_CUDA_CHECK(ctx, cudaEventRecord(s->loop_start, s->stream),
+                  "cudaEventRecord (step loop start)");
+    int cur = 0;
+    int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
+    for (long pass = 0; pass < plan->passes; pass++) {
+        CS_TRY(refresh_halo(ctx, &g[cur], mode, cval, &filled[cur]));
+        CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], &tc));
+        for (int a = 1; a < 3; a++) {
+            if (jobs[a].active) {
+                CS_TRY(fix_band(ctx, &jobs[a], a, &g[cur], &g[1 - cur], plan,
+                                &dk, mode, cval));
+            }
+        }
+        cur = 1 - cur;
+    }
+    for (long t = 0; t < plan->remainder; t++) {
+        CS_TRY(refresh_halo(ctx, &g[cur], mode, cval, &filled[cur]));
+        CS_TRY(cs_cuda_core_step(ctx, &g[cur], &g[1 - cur], &dk));
+        cur = 1 - cur;
+    }
+
+    CS_CUDA_CHECK(ctx, cudaEventRecord(s->loop_stop, s->stream),
+                  "cudaEventRecord (step loop end)");
+
+    /* ---- download through the spare buffer ---- */
+    staging = contiguous_view(shape, arena + off_main[1 - cur]);
+    CS_TRY(cs_cuda_copy_box(ctx, &staging, zero, &g[cur], zero, shape));
+    e = cudaMemcpyAsync(out, staging.origin, count * sizeof(double),
+                        cudaMemcpyDeviceToHost, s->stream);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(s->stream);
+    }
+    if (e != cudaSuccess) {
+        /* an asynchronous kernel fault surfaces here too: run with
+           CONVSTENCIL_CUDA_SYNC=1 to name the kernel */
+        return cs_cuda_fail(ctx, e, "cudaMemcpyAsync (download grid)");
+    }
+    float ms = 0.0f;
+    CS_CUDA_CHECK(ctx, cudaEventElapsedTime(&ms, s->loop_start, s->loop_stop),
+                  "cudaEventElapsedTime (step loop)");
+    *loop_seconds = 1e-3 * (double)ms;
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
+              const cs_kernel *kernel, cs_mode mode, double cval,
+              long steps, cs_cuda_path path, cs_run_info *info,
+              char *err, size_t err_len)
+{
+    cs_cuda_ctx ctx;
+    const char *sync_env = getenv("CONVSTENCIL_CUDA_SYNC");
+    ctx.stream = NULL;
+    ctx.sync_each_launch = sync_env != NULL && strcmp(sync_env, "0") != 0;
+    const char *poison_env = getenv("CONVSTENCIL_CUDA_POISON");
+    ctx.poison_memory = poison_env != NULL && strcmp(poison_env, "0") != 0;
+    ctx.err = err;
+    ctx.err_len = err_len;
+    if (err != NULL && err_len > 0) {
+        err[0] = '\0';
+    }
+    if (info != NULL) {
+        info->backend = "cuda";
+        info->path = "cuda-core";
+        info->fused_depth = 1;
+        info->fused_passes = 0;
+        info->unfused_steps = steps;
+        info->threads = 0;
+        info->device_seconds = -1.0;
+    }
+
+    cs_status st = check_args(&ctx, in, out, shape, kernel, mode, steps, path);
+    int use_tc = 0, smem_optin = 0;
+    if (st == CS_OK) {
+        st = choose_path(&ctx, kernel, path, &use_tc, &smem_optin);
+    }
+    if (st != CS_OK) {
+        return st;
+    }
+    if (info != NULL && use_tc) {
+        info->path = "tensor-core";
+    }
+    const ptrdiff_t count = shape[0] * shape[1] * shape[2];
+    if (count == 0 || steps == 0) {
+        if (count > 0 && out != in) {
+            memmove(out, in, (size_t)count * sizeof(double));
+        }
+        if (info != NULL) {
+            info->unfused_steps = 0;
+        }
+        return CS_OK;
+    }
+
+    apply_state s;
+    memset(&s, 0, sizeof(s));
+    cs_fusion_plan plan;
+    memset(&plan, 0, sizeof(plan));
+    plan.depth = 1; /* the CUDA-core path: every step unfused */
+    plan.remainder = steps;
+    if (use_tc) {
+        st = plan_tensor_core(&ctx, &s, kernel, steps, mode, shape,
+                              smem_optin, &plan);
+    }
+    if (st == CS_OK) {
+        if (info != NULL) {
+            info->fused_depth = plan.depth;
+            info->fused_passes = plan.passes;
+            info->unfused_steps = plan.remainder;
+        }
+        double loop_seconds = -1.0;
+        st = run_on_device(&ctx, &s, in, out, shape, kernel, mode, cval,
+                           use_tc, &plan, &loop_seconds);
+        if (info != NULL && st == CS_OK) {
+            info->device_seconds = loop_seconds;
+        }
+    }
+    release_state(&s);
+    return st;
+}

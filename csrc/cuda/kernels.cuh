@@ -1,0 +1,107 @@
+/*
+ * kernels.cuh -- what the .cu files of the CUDA engine share: the view of
+ * a padded device grid, and the launchers of each kernel family
+ * (halo.cu, cudacore.cu, tc2d.cu), which engine.cu orchestrates.
+ *
+ * Every launcher queues its work on ctx->stream, checks its
+ * preconditions (CS_ERR_INVALID with a message when one fails: a bug in
+ * the caller, not in the user's input) and its launch, and returns a
+ * cs_status.  Host code is plain C apart from the launches.
+ */
+#ifndef CS_CUDA_KERNELS_CUH
+#define CS_CUDA_KERNELS_CUH
+
+#include "check.cuh"
+#include "../layout.h"
+#include "../stencil.h"
+
+/*
+ * A padded device grid.  Grid element (z, y, x) is
+ *     origin[z * plane + y * pitch + x]
+ * for -halo[a] <= coordinate[a] < n[a] + halo[a] on every axis a
+ * (axis 0 = z, 1 = y, 2 = x); nothing outside that box may be read or
+ * written.  The interior is 0 <= coordinate < n; the rest is the halo,
+ * which halo.cu fills from the interior per boundary mode.
+ */
+typedef struct cs_dgrid {
+    double *origin;
+    ptrdiff_t n[3];
+    ptrdiff_t halo[3];
+    ptrdiff_t pitch; /* doubles between rows */
+    ptrdiff_t plane; /* doubles between planes */
+} cs_dgrid;
+
+/* A stencil kernel whose weights live in device memory. */
+typedef struct cs_dkernel {
+    const double *weights; /* size[0]*size[1]*size[2], C order, device */
+    int size[3];           /* odd extents */
+} cs_dkernel;
+
+/* ---- halo.cu ---------------------------------------------------------- */
+
+/* Fill every halo element of g from its interior per `mode`. */
+cs_status
+cs_cuda_fill_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, cs_mode mode,
+                  double cval);
+
+/*
+ * Copy the box of extents ext[3] at dst_at[3] in dst from src_at[3] in
+ * src (grid coordinates; the boxes may reach into the halos and must not
+ * overlap when dst and src share memory).
+ */
+cs_status
+cs_cuda_copy_box(cs_cuda_ctx *ctx, const cs_dgrid *dst,
+                 const ptrdiff_t dst_at[3], const cs_dgrid *src,
+                 const ptrdiff_t src_at[3], const ptrdiff_t ext[3]);
+
+/* ---- cudacore.cu ------------------------------------------------------ */
+
+/*
+ * One direct stencil step on CUDA cores: the interior of `out` from the
+ * interior and halo of `in` (same extents n; in's halo at least the
+ * kernel's radius on every axis, already filled).  Any odd kernel size.
+ */
+cs_status
+cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_dkernel *k);
+
+/* ---- tc2d.cu ---------------------------------------------------------- */
+
+#define CS_TC2D_TILE_ROWS 32 /* output rows per block (layout tile_rows) */
+#define CS_TC2D_GROUPS 16    /* column groups per block (= MMA M) */
+
+/* A checked stencil2row layout, its tables copied to the device. */
+typedef struct cs_tc2d_plan {
+    int ky;              /* rows of the (composed) kernel: 1, 3, 5 or 7 */
+    int ld;              /* row stride of the shared matrices */
+    int matrix_size;     /* doubles per shared matrix, dump area included */
+    const int *lut;      /* device, 4 * in_cols ints, 16-byte aligned */
+    const double *wa;    /* device, kpad x 8 */
+    const double *wb;    /* device, kpad x 8 */
+} cs_tc2d_plan;
+
+/*
+ * Check that `layout` is one tc2d's kernel runs: P = 7, 16 groups by
+ * CS_TC2D_TILE_ROWS rows, ld and the lookup table as layout.h says (real
+ * elements where the convention puts them, dirty ones in distinct dump
+ * slots), and shared memory that fits `smem_optin` bytes per block.
+ * Host only; CS_ERR_UNSUPPORTED with a message when it does not hold.
+ */
+cs_status
+cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *layout,
+                          size_t smem_optin);
+
+/* Shared memory (bytes) one tc2d block uses for `layout`. */
+size_t
+cs_cuda_tc2d_smem_bytes(const cs_layout2d *layout);
+
+/*
+ * One pass of the planar kernel of `plan` on FP64 tensor cores: every
+ * plane z of out's interior from in (same extents n, in's halo at least
+ * 3 columns and ky/2 rows, already filled).
+ */
+cs_status
+cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_tc2d_plan *plan);
+
+#endif /* CS_CUDA_KERNELS_CUH */

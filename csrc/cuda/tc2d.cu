@@ -1,0 +1,437 @@
+/*
+ * tc2d.cu -- the 2D stencil on FP64 tensor cores: stencil2row layout and
+ * dual tessellation (ConvStencil), following csrc/layout.h exactly.
+ *
+ * One block (256 threads, 8 warps) computes a tile of 32 output rows x
+ * 128 output columns (16 column groups of G = 8) of one plane.  It reads
+ * the input tile of 32+ky-1 rows x 134 columns of X (the grid extended by
+ * ky/2 rows and 3 columns per side, i.e. grid rows i0-ky/2.., grid
+ * columns j0-3..j0+130) from the padded device grid, whose halo the
+ * engine has filled per boundary mode.
+ *
+ * Loading (stencil2row in shared memory): thread t owns tile column
+ * y = t % 128 for the rows x = t / 128, +2, +4, ... (a warp reads 32
+ * consecutive doubles of a row: coalesced) and one element of the 6
+ * columns past 128; it issues all its loads before its stores.  Its
+ * lookup-table entries {offA, strideA, offB, strideB} stay in registers:
+ * element (x, y) goes to sA[offA + x*strideA] and
+ * sB[offB + x*strideB], with no branch and no division; elements that
+ * belong to no matrix row land in distinct dump slots after the rows.
+ * The row tails between 7*in_rows and ld, which the last k-step of the
+ * last output row reads (times zero weights), are zeroed once per block.
+ * Rows and columns past the padded grid (a tile hanging over the bottom
+ * or right edge) read as zero: they feed only outputs outside the grid,
+ * which are not stored, so the grid needs no margin beyond its halo.
+ *
+ * Computing: warp w computes output rows i = w, w+8, w+16, w+24 of the
+ * tile, four independent accumulators of one m16n8k4 tile each (16
+ * groups x 8 columns).  For each k-step s the A operand is the 16 x 4
+ * block of sA at column 7i + 4s (row = group), the B operand the 4 x 8
+ * block of the weight matrix WA at row 4s; then the same with sB and WB
+ * into the same accumulator (the tessellation of vitrolites A and B).
+ * All weight fragments are loaded into registers once per thread
+ * (template on ky fixes kpad/4 = 2, 6, 9 or 13 k-steps, fully unrolled).
+ * ld % 16 == 4 makes each operand load hit 32 distinct banks.
+ *
+ * m16n8k4 f64 fragments (PTX ISA), with gq = lane/4 and kq = lane%4:
+ *   a0 = A[gq][kq], a1 = A[gq+8][kq];  b0 = B[kq][gq];
+ *   c0,c1 = C[gq][2kq, 2kq+1];  c2,c3 = C[gq+8][2kq, 2kq+1].
+ * Output (i, 8g + c) of the tile is C[g][c]: each thread stores two
+ * double2 per row, and a warp's stores cover 2 x 512 contiguous bytes.
+ *
+ * Shared memory: two matrices of layout.matrix_size doubles (84 KB for a
+ * 7 x 7 kernel), so two blocks fit an H100 SM; registers are capped at
+ * 128 by __launch_bounds__(256, 2).
+ */
+#include "kernels.cuh"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define TC_THREADS 256
+#define TC_WARPS (TC_THREADS / 32)
+#define TC_P 7                    /* kernel payload columns */
+#define TC_G 8                    /* outputs per column group */
+#define TC_TR CS_TC2D_TILE_ROWS   /* output rows per tile */
+#define TC_COLS (CS_TC2D_GROUPS * TC_G)  /* 128 output columns per tile */
+#define TC_IN_COLS (TC_COLS + TC_P - 1)  /* 134 input columns per tile */
+#define TC_ROWS_PER_WARP (TC_TR / TC_WARPS)
+#ifndef TC_QN
+#define TC_QN 4                   /* rows a warp accumulates at once */
+#endif
+
+static_assert(TC_TR % TC_WARPS == 0, "tile rows must split among warps");
+static_assert(TC_TR % 2 == 0, "the loader splits rows into two halves");
+static_assert(TC_ROWS_PER_WARP % TC_QN == 0, "row groups per warp");
+static_assert((TC_IN_COLS - TC_COLS) * (TC_TR + 6) <= TC_THREADS,
+              "one element of the extra columns per thread");
+
+/* ------------------------------------------------------------------------
+ * kernel
+ * --------------------------------------------------------------------- */
+
+typedef struct tc2d_params {
+    const double *in; /* origins */
+    double *out;
+    ptrdiff_t in_pitch, in_plane, out_pitch, out_plane;
+    ptrdiff_t nz, ny, nx;
+    ptrdiff_t lim_y, lim_x; /* n + halo of `in`: first unreadable */
+    ptrdiff_t tiles_x;      /* blockIdx.x = tile_y * tiles_x + tile_x */
+    ptrdiff_t z0;           /* plane of blockIdx.y == 0 */
+    int ld;
+    int matrix_size;
+    const int *lut;
+    const double *wa;
+    const double *wb;
+} tc2d_params;
+
+/* D += A * B on one 16 x 8 x 4 FP64 tile (warp-wide). */
+static __device__ __forceinline__ void
+dmma_16x8x4(double (&d)[4], double a0, double a1, double b0)
+{
+#if defined(CS_CUDA_EMULATION)
+    /* the CPU harness that checks these kernels supplies the warp MMA */
+    cs_emu_dmma_16x8x4(d, a0, a1, b0);
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 "
+        "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a0), "d"(a1), "d"(b0));
+#endif
+}
+
+/*
+ * Store outputs j, j+1 of a row (j even, row 16-byte aligned) as one
+ * 16-byte store.  PTX, because the compiler splits a double2 assignment
+ * here into two 8-byte stores.
+ */
+static __device__ __forceinline__ void
+store_pair(double *row, ptrdiff_t j, ptrdiff_t nx, double c0, double c1)
+{
+    if (j + 1 < nx) {
+#if defined(CS_CUDA_EMULATION)
+        row[j] = c0;
+        row[j + 1] = c1;
+#else
+        asm volatile("st.global.v2.f64 [%0], {%1, %2};\n"
+                     :
+                     : "l"(row + j), "d"(c0), "d"(c1)
+                     : "memory");
+#endif
+    } else if (j < nx) {
+        row[j] = c0;
+    }
+}
+
+template <int KY>
+__global__ void __launch_bounds__(TC_THREADS, 2)
+tc2d_kernel(const tc2d_params p)
+{
+    constexpr int RY = (KY - 1) / 2;
+    constexpr int IN_ROWS = TC_TR + KY - 1;
+    constexpr int HALF_ROWS = IN_ROWS / 2;
+    constexpr int KSTEPS = (TC_P * KY + 3) / 4;
+    static_assert(IN_ROWS % 2 == 0, "odd ky and even tile rows");
+
+    extern __shared__ double smem[];
+    double *sA = smem;
+    double *sB = smem + p.matrix_size;
+
+    /* one tile of one plane per block (a loop over planes would let the
+       compiler hoist the loader's invariant addresses, and spill them) */
+    const int tid = threadIdx.x;
+    const ptrdiff_t j0 = (ptrdiff_t)(blockIdx.x % p.tiles_x) * TC_COLS;
+    const ptrdiff_t i0 = (ptrdiff_t)(blockIdx.x / p.tiles_x) * TC_TR;
+    const ptrdiff_t z = p.z0 + blockIdx.y;
+
+    /* ---- weight fragments b0 = W[4s + kq][gq], for the whole block:
+       issued first, their latency hides behind the tile's ---- */
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int gq = lane >> 2;
+    const int kq = lane & 3;
+    double fa[KSTEPS], fb[KSTEPS];
+#pragma unroll
+    for (int s = 0; s < KSTEPS; s++) {
+        fa[s] = __ldg(p.wa + (4 * s + kq) * TC_G + gq);
+        fb[s] = __ldg(p.wb + (4 * s + kq) * TC_G + gq);
+    }
+
+    /* ---- load the input tile into sA/sB through the LUT.  Thread t owns
+       tile column t % 128 for rows t / 128, +2, +4, ... (a warp reads 32
+       consecutive doubles of a row), plus one element of the 6 columns
+       past 128 (6 x in_rows <= 256 of them): every thread issues all its
+       loads at once, then its stores. ---- */
+    constexpr int EXTRA_COLS = TC_IN_COLS - TC_COLS;
+    const int col = tid % TC_COLS;
+    const int half = tid / TC_COLS;
+    const ptrdiff_t gx = j0 - 3 + col; /* grid column of tile column col */
+    const double *src =
+        p.in + z * p.in_plane + (i0 - RY + half) * p.in_pitch + gx;
+    const int4 lut = *reinterpret_cast<const int4 *>(p.lut + 4 * col);
+    const bool has_extra = tid < EXTRA_COLS * IN_ROWS;
+    const int ey = TC_COLS + tid % EXTRA_COLS; /* tile column */
+    const int ex = tid / EXTRA_COLS;           /* tile row */
+    const int4 elut = has_extra
+                          ? *reinterpret_cast<const int4 *>(p.lut + 4 * ey)
+                          : make_int4(0, 0, 0, 0);
+    double v[HALF_ROWS];
+#pragma unroll
+    for (int r = 0; r < HALF_ROWS; r++) {
+        const bool row_ok = i0 - RY + half + 2 * r < p.lim_y;
+        v[r] = (gx < p.lim_x && row_ok) ? src[2 * r * p.in_pitch] : 0.0;
+    }
+    double ev = 0.0;
+    if (has_extra && i0 - RY + ex < p.lim_y && j0 - 3 + ey < p.lim_x) {
+        ev = p.in[z * p.in_plane + (i0 - RY + ex) * p.in_pitch + j0 - 3 + ey];
+    }
+
+    /* ---- row tails 7*in_rows .. ld-1 of both matrices: never loaded,
+       read by the last k-step of the last row (times zero weights) ---- */
+    for (int e = TC_P * IN_ROWS + (tid & 15); e < p.ld; e += 16) {
+        sA[(tid >> 4) * p.ld + e] = 0.0;
+        sB[(tid >> 4) * p.ld + e] = 0.0;
+    }
+
+    /* ---- the stores of the loads above ---- */
+#pragma unroll
+    for (int r = 0; r < HALF_ROWS; r++) {
+        const int x = half + 2 * r;
+        sA[lut.x + x * lut.y] = v[r];
+        sB[lut.z + x * lut.w] = v[r];
+    }
+    if (has_extra) {
+        sA[elut.x + ex * elut.y] = ev;
+        sB[elut.z + ex * elut.w] = ev;
+    }
+    __syncthreads();
+
+    /* ---- dual tessellation: rows warp + 8q of the tile, TC_QN at a time
+       (independent accumulators) ---- */
+    const double *a_lo = sA + gq * p.ld + kq;
+    const double *a_hi = a_lo + 8 * p.ld;
+    const double *b_lo = sB + gq * p.ld + kq;
+    const double *b_hi = b_lo + 8 * p.ld;
+    const ptrdiff_t j = j0 + TC_G * gq + 2 * kq;
+#pragma unroll
+    for (int q0 = 0; q0 < TC_ROWS_PER_WARP; q0 += TC_QN) {
+        double acc[TC_QN][4];
+#pragma unroll
+        for (int q = 0; q < TC_QN; q++) {
+            acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0;
+        }
+#pragma unroll
+        for (int s = 0; s < KSTEPS; s++) {
+#pragma unroll
+            for (int q = 0; q < TC_QN; q++) {
+                const int off = TC_P * (warp + TC_WARPS * (q0 + q)) + 4 * s;
+                dmma_16x8x4(acc[q], a_lo[off], a_hi[off], fa[s]);
+                dmma_16x8x4(acc[q], b_lo[off], b_hi[off], fb[s]);
+            }
+        }
+        /* ---- store: C[g][c] is output (i, 8g + c) of the tile ---- */
+#pragma unroll
+        for (int q = 0; q < TC_QN; q++) {
+            const ptrdiff_t i = i0 + warp + TC_WARPS * (q0 + q);
+            if (i < p.ny) {
+                double *row = p.out + z * p.out_plane + i * p.out_pitch;
+                store_pair(row, j, p.nx, acc[q][0], acc[q][1]);
+                store_pair(row, j + 8 * TC_G, p.nx, acc[q][2], acc[q][3]);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * host: layout check
+ * --------------------------------------------------------------------- */
+
+static int
+tc_ksteps(int ky)
+{
+    return (TC_P * ky + 3) / 4;
+}
+
+size_t
+cs_cuda_tc2d_smem_bytes(const cs_layout2d *layout)
+{
+    return 2 * (size_t)layout->matrix_size * sizeof(double);
+}
+
+/*
+ * Where layout.h puts real element (x, y) of the X tile: matrix A holds
+ * columns y = 8g + t (t < 7) of group g < 16 at row g, entry 7x + t;
+ * matrix B holds y = 8g + 7 + t likewise.  -1: a dirty element.
+ */
+static ptrdiff_t
+expected_slot(int matrix, int x, int y, int ld)
+{
+    int u = matrix == 0 ? y : y - TC_P;
+    if (u < 0 || u % TC_G == TC_G - 1 || u / TC_G >= CS_TC2D_GROUPS) {
+        return -1;
+    }
+    return (ptrdiff_t)(u / TC_G) * ld + TC_P * x + u % TC_G;
+}
+
+cs_status
+cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
+                          size_t smem_optin)
+{
+    const int ky = L->ky;
+    const char *bad = NULL;
+    if (ky < 1 || ky > 7 || ky % 2 == 0 || L->kx < 1 || L->kx > 7) {
+        bad = "kernel larger than 7 x 7";
+    } else if (L->payload != TC_P || L->group != TC_G || L->halo_x != 3
+               || L->halo_y != (ky - 1) / 2 || L->kdim != TC_P * ky
+               || L->kpad != 4 * tc_ksteps(ky)) {
+        bad = "kernel geometry is not P = 7";
+    } else if (L->tile_groups != CS_TC2D_GROUPS || L->tile_rows != TC_TR
+               || L->tile_cols != TC_COLS || L->in_rows != TC_TR + ky - 1
+               || L->in_cols != TC_IN_COLS) {
+        bad = "tile plan is not 16 groups x 32 rows";
+    } else if (L->ld < TC_P * (TC_TR - 1) + L->kpad
+               || L->ld < TC_P * L->in_rows
+               || L->dump_base != CS_TC2D_GROUPS * L->ld
+               || L->matrix_size < L->dump_base) {
+        bad = "matrix stride or dump area too small";
+    } else if (L->weight_a == NULL || L->weight_b == NULL || L->lut == NULL) {
+        bad = "missing weight matrices or lookup table";
+    } else if (cs_cuda_tc2d_smem_bytes(L) > smem_optin) {
+        bad = "shared memory per block exceeds the device's limit";
+    }
+    if (bad != NULL) {
+        cs_cuda_message(ctx, "tensor-core layout (ky=%d, kx=%d): %s", L->ky,
+                        L->kx, bad);
+        return CS_ERR_UNSUPPORTED;
+    }
+    /* every element lands where layout.h says, or in its own dump slot */
+    unsigned char *used = (unsigned char *)calloc(2 * (size_t)L->matrix_size, 1);
+    if (used == NULL) {
+        cs_cuda_message(ctx, "tensor-core layout: out of host memory");
+        return CS_ERR_NOMEM;
+    }
+    for (int y = 0; y < L->in_cols && bad == NULL; y++) {
+        for (int m = 0; m < 2 && bad == NULL; m++) {
+            const ptrdiff_t off = L->lut[4 * y + 2 * m];
+            const ptrdiff_t stride = L->lut[4 * y + 2 * m + 1];
+            for (int x = 0; x < L->in_rows; x++) {
+                const ptrdiff_t slot = off + x * stride;
+                const ptrdiff_t want = expected_slot(m, x, y, L->ld);
+                if (want >= 0 ? slot != want
+                              : slot < L->dump_base || slot >= L->matrix_size) {
+                    bad = "an element is not where layout.h puts it";
+                    break;
+                }
+                if (used[m * (size_t)L->matrix_size + slot]++) {
+                    bad = "two elements share a shared-memory slot";
+                    break;
+                }
+            }
+        }
+    }
+    free(used);
+    if (bad != NULL) {
+        cs_cuda_message(ctx, "tensor-core layout (ky=%d, kx=%d): %s", L->ky,
+                        L->kx, bad);
+        return CS_ERR_UNSUPPORTED;
+    }
+    return CS_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * launcher
+ * --------------------------------------------------------------------- */
+
+template <int KY>
+static cs_status
+launch_tc2d(cs_cuda_ctx *ctx, const tc2d_params &p, dim3 grid, size_t smem,
+            const char *name)
+{
+    CS_CUDA_CHECK(ctx,
+                  cudaFuncSetAttribute(tc2d_kernel<KY>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem),
+                  "cudaFuncSetAttribute(tc2d_kernel, max dynamic shared memory)");
+    /* as much shared memory as the SM has, so that two blocks fit */
+    CS_CUDA_CHECK(ctx,
+                  cudaFuncSetAttribute(tc2d_kernel<KY>,
+                                       cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       (int)cudaSharedmemCarveoutMaxShared),
+                  "cudaFuncSetAttribute(tc2d_kernel, shared memory carveout)");
+    tc2d_kernel<KY><<<grid, TC_THREADS, smem, ctx->stream>>>(p);
+    return cs_cuda_check_launch(ctx, name);
+}
+
+cs_status
+cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_tc2d_plan *plan)
+{
+    const int ky = plan->ky;
+    int ok = in->origin != NULL && out->origin != NULL
+             && in->origin != out->origin && plan->lut != NULL
+             && plan->wa != NULL && plan->wb != NULL
+             && (ky == 1 || ky == 3 || ky == 5 || ky == 7)
+             && in->halo[1] >= (ky - 1) / 2 && in->halo[2] >= 3
+             /* double2 stores: 16-byte aligned rows */
+             && ((uintptr_t)out->origin % 16) == 0 && out->pitch % 2 == 0
+             && out->plane % 2 == 0
+             /* int4 lookup-table loads */
+             && ((uintptr_t)plan->lut % 16) == 0;
+    for (int a = 0; a < 3 && ok; a++) {
+        ok = in->n[a] == out->n[a] && in->n[a] >= 1;
+    }
+    if (!ok) {
+        cs_cuda_message(ctx, "cs_cuda_tc2d_pass: invalid grids or plan");
+        return CS_ERR_INVALID;
+    }
+    tc2d_params p;
+    p.in = in->origin;
+    p.out = out->origin;
+    p.in_pitch = in->pitch;
+    p.in_plane = in->plane;
+    p.out_pitch = out->pitch;
+    p.out_plane = out->plane;
+    p.nz = in->n[0];
+    p.ny = in->n[1];
+    p.nx = in->n[2];
+    p.lim_y = in->n[1] + in->halo[1];
+    p.lim_x = in->n[2] + in->halo[2];
+    p.ld = plan->ld;
+    p.matrix_size = plan->matrix_size;
+    p.lut = plan->lut;
+    p.wa = plan->wa;
+    p.wb = plan->wb;
+    const ptrdiff_t tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)TC_COLS);
+    const ptrdiff_t tiles_y = CEIL_DIV(p.ny, (ptrdiff_t)TC_TR);
+    if (tiles_x * tiles_y > INT_MAX) {
+        cs_cuda_message(ctx, "tc2d_kernel: grid plane of %td x %td is too large",
+                        p.ny, p.nx);
+        return CS_ERR_UNSUPPORTED;
+    }
+    p.tiles_x = tiles_x;
+    const size_t smem = 2 * (size_t)plan->matrix_size * sizeof(double);
+    /* grid.y is one plane per block, at most 65535 planes per launch */
+    for (p.z0 = 0; p.z0 < p.nz; p.z0 += 65535) {
+        const ptrdiff_t planes = p.nz - p.z0 < 65535 ? p.nz - p.z0 : 65535;
+        dim3 grid((unsigned)(tiles_x * tiles_y), (unsigned)planes);
+        cs_status st;
+        switch (ky) {
+        case 1:
+            st = launch_tc2d<1>(ctx, p, grid, smem, "tc2d_kernel<ky=1>");
+            break;
+        case 3:
+            st = launch_tc2d<3>(ctx, p, grid, smem, "tc2d_kernel<ky=3>");
+            break;
+        case 5:
+            st = launch_tc2d<5>(ctx, p, grid, smem, "tc2d_kernel<ky=5>");
+            break;
+        default:
+            st = launch_tc2d<7>(ctx, p, grid, smem, "tc2d_kernel<ky=7>");
+            break;
+        }
+        CS_TRY(st);
+    }
+    return CS_OK;
+}

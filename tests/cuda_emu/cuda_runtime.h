@@ -1,0 +1,146 @@
+/*
+ * cuda_runtime.h (emulation) -- the slice of CUDA the convstencil engine
+ * uses, on the CPU, so that the engine's real sources can be run and
+ * checked on a machine without a GPU (run.sh).  Not a general emulator.
+ *
+ * Blocks run one at a time; the threads of a block run as OS threads, so
+ * __syncthreads is a real barrier and a missing one shows up as a race.
+ * The FP64 m16n8k4 MMA is emulated per warp from the PTX fragment layout
+ * (a 32-thread barrier gathers the lanes' fragments).  Device memory and
+ * fresh shared memory are filled with NaN, so a read of anything never
+ * written poisons the result.  __shared__ arrays become statics (one
+ * block at a time); the dynamic one comes from cs_emu_dynamic_smem().
+ * Limits are checked as the device checks them: 1024 threads, grid y/z
+ * <= 65535, dynamic shared memory <= the kernel's attribute (48 KB until
+ * cudaFuncSetAttribute raises it).
+ */
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct double2 { double x, y; };
+struct int4 { int x, y, z, w; };
+static inline double2 make_double2(double a, double b) { return {a, b}; }
+static inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
+template <class T> static inline T __ldg(const T *p) { return *p; }
+template <class T> static inline T min(T a, T b) { return a < b ? a : b; }
+template <class T> static inline T max(T a, T b) { return a > b ? a : b; }
+static inline void __trap() { abort(); }
+
+extern thread_local dim3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;  // one block at a time: shared by its threads
+
+typedef enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorNoDevice = 100,
+} cudaError_t;
+typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
+#define cudaStreamNonBlocking 1
+enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+    cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+enum { cudaSharedmemCarveoutMaxShared = 100 };
+enum cudaDeviceAttr {
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount;
+};
+struct cudaFuncAttributes { int maxThreadsPerBlock; };
+
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaGetDevice(int *d);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d);
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
+                            cudaMemcpyKind k, cudaStream_t s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start,
+                                 cudaEvent_t stop);
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
+// ---- kernel-side emulation hooks ------------------------------------
+void __syncthreads(void);
+void cs_emu_dmma_16x8x4(double (&d)[4], double a0, double a1, double b0);
+double *cs_emu_dynamic_smem(void);
+
+// ---- launches and function attributes --------------------------------
+namespace cs_emu {
+void set_error(cudaError_t e);
+size_t &max_dynamic_smem(const void *fn);
+cudaError_t check_config(const void *fn, dim3 grid, dim3 block, size_t smem);
+void run_grid(dim3 grid, dim3 block, size_t smem,
+              const std::function<void()> &body);
+}  // namespace cs_emu
+
+template <class F>
+cudaError_t cudaFuncSetAttribute(F *fn, cudaFuncAttribute a, int v)
+{
+    if (a == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (v < 0 || v > 232448) return cudaErrorInvalidValue;
+        cs_emu::max_dynamic_smem((const void *)fn) = (size_t)v;
+    }
+    return cudaSuccess;
+}
+template <class F>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F *)
+{
+    a->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
+
+template <class... KArgs, class... Args>
+void cs_emu_launch(void (*fn)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t, Args... args)
+{
+    cudaError_t e = cs_emu::check_config((const void *)fn, grid, block, smem);
+    if (e != cudaSuccess) {
+        cs_emu::set_error(e);
+        return;
+    }
+    cs_emu::run_grid(grid, block, smem, [&]() { fn(args...); });
+}

@@ -1,0 +1,269 @@
+/*
+ * emu.cpp -- the CPU emulation of the CUDA runtime and device built-ins
+ * declared in cuda_runtime.h (this folder).  Environment switches for
+ * the error paths: EMU_NO_DEVICE=1, EMU_NO_DRIVER=1, EMU_CC_MAJOR=8,
+ * EMU_MALLOC_LIMIT=<bytes>.
+ */
+#include <chrono>
+#include "cuda_runtime.h"
+
+thread_local dim3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace {
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local std::barrier<> *block_barrier = nullptr;
+thread_local double *dyn_smem = nullptr;
+
+struct Warp {
+    double a0[32], a1[32], b0[32];
+    std::barrier<> bar{32};
+};
+thread_local Warp *my_warp = nullptr;
+
+std::mutex alloc_mutex;
+std::map<void *, size_t> allocations;
+size_t allocated = 0;
+
+// a pool of OS threads that run the threads of one block
+struct Pool {
+    std::vector<std::thread> th;
+    std::mutex m;
+    std::condition_variable cv, done;
+    uint64_t gen = 0;
+    int active = 0, remaining = 0;
+    std::function<void(int)> task;
+    explicit Pool(int n) {
+        for (int i = 0; i < n; i++) th.emplace_back([this, i] { work(i); });
+    }
+    void work(int id) {
+        uint64_t seen = 0;
+        for (;;) {
+            std::unique_lock<std::mutex> l(m);
+            cv.wait(l, [&] { return gen != seen; });
+            seen = gen;
+            if (id >= active) continue;
+            auto t = task;
+            l.unlock();
+            t(id);
+            l.lock();
+            if (--remaining == 0) done.notify_one();
+        }
+    }
+    void run(int n, std::function<void(int)> f) {
+        std::unique_lock<std::mutex> l(m);
+        task = std::move(f);
+        active = n;
+        remaining = n;
+        gen++;
+        cv.notify_all();
+        done.wait(l, [&] { return remaining == 0; });
+    }
+};
+Pool *pool() {
+    static Pool *p = new Pool(1024);  // never joined: process exit ends it
+    return p;
+}
+}  // namespace
+
+namespace cs_emu {
+void set_error(cudaError_t e) { last_error = e; }
+size_t &max_dynamic_smem(const void *fn) {
+    static std::map<const void *, size_t> m;
+    static std::mutex mu;
+    std::lock_guard<std::mutex> l(mu);
+    auto it = m.find(fn);
+    if (it == m.end()) it = m.emplace(fn, 48 * 1024).first;
+    return it->second;
+}
+cudaError_t check_config(const void *fn, dim3 grid, dim3 block, size_t smem) {
+    size_t threads = (size_t)block.x * block.y * block.z;
+    if (threads == 0 || threads > 1024 || block.y != 1 || block.z != 1)
+        return cudaErrorInvalidConfiguration;  // the engine uses 1D blocks
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535
+        || grid.z > 65535 || grid.x > 0x7fffffffu)
+        return cudaErrorInvalidConfiguration;
+    if (smem > max_dynamic_smem(fn)) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+void run_grid(dim3 grid, dim3 block, size_t smem,
+              const std::function<void()> &body) {
+    const int n = (int)block.x;
+    std::vector<double> dyn((smem + 7) / 8 + 1);
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                // fresh shared memory is garbage: make it NaN
+                std::fill(dyn.begin(), dyn.end(), std::nan(""));
+                std::barrier<> bar(n);
+                std::vector<std::unique_ptr<Warp>> warps;
+                for (int w = 0; w < (n + 31) / 32; w++)
+                    warps.emplace_back(new Warp);
+                blockDim = block;
+                gridDim = grid;
+                pool()->run(n, [&](int t) {
+                    threadIdx = dim3(t, 0, 0);
+                    blockIdx = dim3(bx, by, bz);
+                    block_barrier = &bar;
+                    dyn_smem = smem ? dyn.data() : nullptr;
+                    my_warp = warps[t / 32].get();
+                    body();
+                });
+            }
+}
+}  // namespace cs_emu
+
+void __syncthreads(void) { block_barrier->arrive_and_wait(); }
+double *cs_emu_dynamic_smem(void) { return dyn_smem; }
+
+// m16n8k4 f64: a0 = A[lane/4][lane%4], a1 = A[lane/4 + 8][lane%4],
+// b0 = B[lane%4][lane/4], c0,c1 = C[lane/4][2(lane%4) + {0,1}],
+// c2,c3 = C[lane/4 + 8][...]
+void cs_emu_dmma_16x8x4(double (&d)[4], double a0, double a1, double b0) {
+    Warp *w = my_warp;
+    const int lane = threadIdx.x % 32;
+    w->a0[lane] = a0;
+    w->a1[lane] = a1;
+    w->b0[lane] = b0;
+    w->bar.arrive_and_wait();
+    auto A = [&](int m, int k) {
+        return m < 8 ? w->a0[m * 4 + k] : w->a1[(m - 8) * 4 + k];
+    };
+    auto B = [&](int k, int n) { return w->b0[n * 4 + k]; };
+    const int g = lane / 4, c = 2 * (lane % 4);
+    double r[4] = {d[0], d[1], d[2], d[3]};
+    for (int k = 0; k < 4; k++) {
+        r[0] += A(g, k) * B(k, c);
+        r[1] += A(g, k) * B(k, c + 1);
+        r[2] += A(g + 8, k) * B(k, c);
+        r[3] += A(g + 8, k) * B(k, c + 1);
+    }
+    w->bar.arrive_and_wait();
+    for (int i = 0; i < 4; i++) d[i] = r[i];
+}
+
+// ---- runtime API ------------------------------------------------------
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInsufficientDriver:
+        return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    }
+    return "unknown error";
+}
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaGetDeviceCount(int *n) {
+    const char *v = getenv("EMU_NO_DRIVER");
+    if (v && *v == '1') { *n = 0; return last_error = cudaErrorInsufficientDriver; }
+    v = getenv("EMU_NO_DEVICE");
+    if (v && *v == '1') { *n = 0; return last_error = cudaErrorNoDevice; }
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    snprintf(p->name, sizeof p->name, "Emulated H100");
+    const char *v = getenv("EMU_CC_MAJOR");
+    p->major = v ? atoi(v) : 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
+    if (a == cudaDevAttrComputeCapabilityMajor) {
+        const char *s = getenv("EMU_CC_MAJOR");
+        *v = s ? atoi(s) : 9;
+    } else if (a == cudaDevAttrMaxSharedMemoryPerBlockOptin) {
+        *v = 232448;
+    } else {
+        return last_error = cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    const char *lim = getenv("EMU_MALLOC_LIMIT");
+    std::lock_guard<std::mutex> l(alloc_mutex);
+    if (lim && allocated + bytes > (size_t)atoll(lim)) {
+        *p = nullptr;
+        return last_error = cudaErrorMemoryAllocation;
+    }
+    void *q = nullptr;
+    if (posix_memalign(&q, 256, bytes ? bytes : 1) != 0)
+        return last_error = cudaErrorMemoryAllocation;
+    memset(q, 0xff, bytes);  // NaN: reading unwritten memory shows
+    allocations[q] = bytes;
+    allocated += bytes;
+    *p = q;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    std::lock_guard<std::mutex> l(alloc_mutex);
+    auto it = allocations.find(p);
+    if (it == allocations.end()) return last_error = cudaErrorInvalidValue;
+    allocated -= it->second;
+    allocations.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+size_t cs_emu_allocated(void) { return allocated; }
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
+                            cudaMemcpyKind, cudaStream_t) {
+    memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
+static int streams_alive = 0;
+int cs_emu_streams_alive(void) { return streams_alive; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+    *s = (cudaStream_t) new char[1];
+    streams_alive++;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete[] (char *)s;
+    streams_alive--;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Events are host timestamps: launches run synchronously here.
+static int events_alive = 0;
+int cs_emu_events_alive(void) { return events_alive; }
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = (cudaEvent_t) new std::chrono::steady_clock::time_point();
+    events_alive++;
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete (std::chrono::steady_clock::time_point *)e;
+    events_alive--;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    *(std::chrono::steady_clock::time_point *)e =
+        std::chrono::steady_clock::now();
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start,
+                                 cudaEvent_t stop) {
+    auto d = *(std::chrono::steady_clock::time_point *)stop
+             - *(std::chrono::steady_clock::time_point *)start;
+    *ms = (float)std::chrono::duration<double, std::milli>(d).count();
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    *total_bytes = (size_t)80 << 30;
+    *free_bytes = *total_bytes - allocated;
+    return cudaSuccess;
+}

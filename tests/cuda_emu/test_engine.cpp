@@ -1,0 +1,262 @@
+/*
+ * test_engine.cpp -- cs_cuda_apply, built against the CPU emulation
+ * (run.sh), against a naive step-by-step correlate with scipy.ndimage's
+ * boundary modes: relative error <= 1e-12, the path and fusion depth it
+ * reports, no device memory or stream left behind, and the status and
+ * message of each error path.  Prints "N passed, N failed".
+ */
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_engine.h"
+#include "stencil.h"
+
+size_t cs_emu_allocated(void);
+int cs_emu_streams_alive(void);
+int cs_emu_events_alive(void);
+
+static uint64_t rng = 88172645463325252ull;
+static double urand() {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void ref_step(const std::vector<double> &in, std::vector<double> &out,
+                     const ptrdiff_t n[3], const cs_kernel &k, cs_mode mode,
+                     double cval) {
+    ptrdiff_t r[3];
+    for (int a = 0; a < 3; a++) r[a] = (k.size[a] - 1) / 2;
+    for (ptrdiff_t z = 0; z < n[0]; z++)
+        for (ptrdiff_t y = 0; y < n[1]; y++)
+            for (ptrdiff_t x = 0; x < n[2]; x++) {
+                double s = 0;
+                for (ptrdiff_t dz = 0; dz < k.size[0]; dz++)
+                    for (ptrdiff_t dy = 0; dy < k.size[1]; dy++)
+                        for (ptrdiff_t dx = 0; dx < k.size[2]; dx++) {
+                            double w = k.weights[(dz * k.size[1] + dy) * k.size[2] + dx];
+                            ptrdiff_t iz = cs_extend_index(z + dz - r[0], n[0], mode);
+                            ptrdiff_t iy = cs_extend_index(y + dy - r[1], n[1], mode);
+                            ptrdiff_t ix = cs_extend_index(x + dx - r[2], n[2], mode);
+                            double v = (iz < 0 || iy < 0 || ix < 0)
+                                           ? cval
+                                           : in[(iz * n[1] + iy) * n[2] + ix];
+                            s += w * v;
+                        }
+                out[(z * n[1] + y) * n[2] + x] = s;
+            }
+}
+
+struct Kern {
+    std::string name;
+    int ndim;
+    ptrdiff_t size[3];
+    std::vector<double> w;
+};
+
+static Kern make_kernel(const std::string &name, int ndim, ptrdiff_t kz,
+                        ptrdiff_t ky, ptrdiff_t kx, bool star = false,
+                        bool signed_w = false) {
+    Kern k{name, ndim, {kz, ky, kx}, {}};
+    k.w.resize(kz * ky * kx);
+    double sum = 0;
+    for (ptrdiff_t z = 0; z < kz; z++)
+        for (ptrdiff_t y = 0; y < ky; y++)
+            for (ptrdiff_t x = 0; x < kx; x++) {
+                int off = (z != kz / 2) + (y != ky / 2) + (x != kx / 2);
+                double v = (star && off > 1) ? 0.0 : 0.2 + urand();
+                if (signed_w && v != 0.0 && urand() < 0.3) v = -0.5 * v;
+                k.w[(z * ky + y) * kx + x] = v;
+                sum += v;
+            }
+    for (double &v : k.w) v /= sum;  // keeps values bounded over steps
+    return k;
+}
+
+static int failures = 0, passes = 0;
+static const char *mode_names[] = {"constant", "wrap", "nearest", "reflect", "mirror"};
+
+static void run_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny, ptrdiff_t nx,
+                     cs_mode mode, double cval, long steps, cs_cuda_path path,
+                     bool alias = false, const char *want_path = nullptr,
+                     int want_depth = -1) {
+    const ptrdiff_t n[3] = {nz, ny, nx};
+    cs_kernel k{};
+    if (cs_kernel_init(&k, 3, K.size, K.w.data()) != CS_OK) abort();
+    k.ndim = K.ndim;
+    const size_t count = nz * ny * nx;
+    std::vector<double> in(count), ref(count), tmp(count), out(count, -7.0);
+    for (double &v : in) v = urand() - 0.3;
+    ref = in;
+    for (long s = 0; s < steps; s++) {
+        ref_step(ref, tmp, n, k, mode, cval);
+        ref.swap(tmp);
+    }
+    cs_run_info info{};
+    char err[512] = "";
+    const std::vector<double> orig = in;
+    std::vector<double> io = in;
+    cs_status st = alias ? cs_cuda_apply(io.data(), io.data(), n, &k, mode, cval,
+                                         steps, path, &info, err, sizeof err)
+                         : cs_cuda_apply(in.data(), out.data(), n, &k, mode,
+                                         cval, steps, path, &info, err, sizeof err);
+    if (alias) out = io;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < count; i++) {
+        double d = out[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    bool ok = st == CS_OK && rel <= 1e-12 && std::isfinite(rel);
+    if (want_path && (!info.path || strcmp(info.path, want_path) != 0)) ok = false;
+    if (want_depth >= 0 && info.fused_depth != want_depth) ok = false;
+    if (in != orig) {  // the input is never modified
+        printf("  input modified\n");
+        ok = false;
+    }
+    if (cs_emu_allocated() != 0 || cs_emu_streams_alive() != 0
+        || cs_emu_events_alive() != 0) {
+        printf("  LEAK: %zu bytes, %d streams, %d events\n", cs_emu_allocated(),
+               cs_emu_streams_alive(), cs_emu_events_alive());
+        ok = false;
+    }
+    printf("%s %-10s %3tdx%3tdx%4td %-8s steps=%-2ld path=%d -> %-11s depth=%d passes=%ld rem=%ld rel=%.2e %s%s\n",
+           ok ? "ok  " : "FAIL", K.name.c_str(), nz, ny, nx, mode_names[mode], steps,
+           (int)path, info.path ? info.path : "?", info.fused_depth, info.fused_passes,
+           info.unfused_steps, rel, st != CS_OK ? "status " : "",
+           st != CS_OK ? err : "");
+    if (!ok) {
+        failures++;
+        // first bad index
+        for (size_t i = 0; i < count; i++) {
+            if (!(std::fabs(out[i] - ref[i]) <= 1e-12 * (1 + std::fabs(ref[i])))) {
+                size_t x = i % nx, y = (i / nx) % ny, z = i / (nx * ny);
+                printf("    first mismatch at z=%zu y=%zu x=%zu: got %.17g want %.17g\n", z, y, x, out[i], ref[i]);
+                break;
+            }
+        }
+    } else {
+        passes++;
+    }
+    fflush(stdout);
+    cs_kernel_free(&k);
+}
+
+static void expect_status(const char *what, const Kern &K, ptrdiff_t nz,
+                          ptrdiff_t ny, ptrdiff_t nx, cs_cuda_path path,
+                          cs_status want) {
+    const ptrdiff_t n[3] = {nz, ny, nx};
+    cs_kernel k{};
+    cs_kernel_init(&k, 3, K.size, K.w.data());
+    k.ndim = K.ndim;
+    std::vector<double> in(nz * ny * nx, 1.0), out(in.size());
+    char err[512] = "";
+    cs_run_info info{};
+    cs_status st = cs_cuda_apply(in.data(), out.data(), n, &k, CS_MODE_CONSTANT,
+                                 0.0, 3, path, &info, err, sizeof err);
+    bool ok = st == want && cs_emu_allocated() == 0 && cs_emu_streams_alive() == 0
+              && cs_emu_events_alive() == 0;
+    printf("%s %-40s status=%d (%s) msg=\"%s\"\n", ok ? "ok  " : "FAIL", what,
+           (int)st, cs_status_string(st), err);
+    ok ? passes++ : failures++;
+    cs_kernel_free(&k);
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    char msg[256];
+    int c = cs_cuda_device_count(msg, sizeof msg);
+    printf("device_count=%d: %s\n", c, msg);
+
+    const cs_cuda_path TC = CS_CUDA_PATH_TENSOR_CORE, CC = CS_CUDA_PATH_CUDA_CORE,
+                       AUTO = CS_CUDA_PATH_AUTO;
+    Kern heat2d = make_kernel("heat2d", 2, 1, 3, 3, true);
+    Kern box9 = make_kernel("box2d9p", 2, 1, 3, 3);
+    Kern star13 = make_kernel("star2d13p", 2, 1, 7, 7, true);
+    Kern box49 = make_kernel("box2d49p", 2, 1, 7, 7, false, true);
+    Kern k55 = make_kernel("k5x5", 2, 1, 5, 5, false, true);
+    Kern k13 = make_kernel("k1x3", 2, 1, 1, 3);
+    Kern k31 = make_kernel("k3x1", 2, 1, 3, 1);
+    Kern k11 = make_kernel("k1x1", 2, 1, 1, 1);
+    Kern k37 = make_kernel("k3x7", 2, 1, 3, 7, false, true);
+    Kern k53 = make_kernel("k5x3", 2, 1, 5, 3);
+    Kern heat1d = make_kernel("heat1d", 1, 1, 1, 3);
+    Kern p1d5 = make_kernel("1d5p", 1, 1, 1, 5);
+    Kern heat3d = make_kernel("heat3d", 3, 3, 3, 3, true);
+    Kern box27 = make_kernel("box3d27p", 3, 3, 3, 3);
+    Kern k1d801 = make_kernel("k1d801", 1, 1, 1, 801);
+    Kern k35x3 = make_kernel("k35x3", 2, 1, 35, 3);
+    Kern k3x67 = make_kernel("k3x67", 2, 1, 3, 67);
+    Kern k9x9 = make_kernel("k9x9", 2, 1, 9, 9);
+    Kern k3d513 = make_kernel("k5x1x3", 3, 5, 1, 3);
+
+    // ---- tensor-core path: every mode, fused depths 1..3, remainders
+    for (int m = 0; m < CS_MODE_COUNT; m++) {
+        cs_mode mode = (cs_mode)m;
+        run_case(heat2d, 1, 37, 131, mode, 0.5, 7, TC, false, "tensor-core", 3);
+        run_case(box49, 1, 40, 140, mode, -0.25, 2, TC, false, "tensor-core", 1);
+        if (quick) continue;
+        run_case(box9, 1, 33, 129, mode, 1.5, 5, TC, false, "tensor-core", 3);
+        run_case(k55, 1, 45, 150, mode, 0.0, 3, TC, false, "tensor-core", 1);
+        run_case(k13, 1, 20, 260, mode, 2.0, 4, TC, false, "tensor-core", 3);
+        run_case(k31, 1, 70, 20, mode, 2.0, 4, TC, false, "tensor-core", 3);
+        run_case(k53, 1, 25, 30, mode, 0.3, 3, TC, false, "tensor-core", 1);
+    }
+    run_case(star13, 1, 64, 256, CS_MODE_REFLECT, 0.0, 2, TC);
+    run_case(k37, 1, 31, 127, CS_MODE_MIRROR, 0.0, 2, TC);
+    run_case(k11, 1, 9, 10, CS_MODE_CONSTANT, 3.0, 3, TC);
+    run_case(heat2d, 2, 33, 140, CS_MODE_NEAREST, 0.0, 4, TC, false, "tensor-core", 3);
+    run_case(heat2d, 1, 1, 300, CS_MODE_WRAP, 0.0, 3, TC);          // ny=1: no y band
+    run_case(heat2d, 1, 9, 8, CS_MODE_CONSTANT, 1.0, 3, TC, false, "tensor-core", 1);  // too small to fuse
+    run_case(heat2d, 1, 10, 10, CS_MODE_REFLECT, 0.0, 3, TC, false, "tensor-core", 3); // exactly 2*strip
+    run_case(box9, 1, 12, 400, CS_MODE_MIRROR, 0.0, 6, TC, true, "tensor-core", 3);     // in == out
+    run_case(heat1d, 1, 1, 700, CS_MODE_REFLECT, 0.0, 3, TC);
+    run_case(heat2d, 1, 37, 131, CS_MODE_CONSTANT, 0.0, 0, TC);     // steps 0 copies
+    run_case(heat2d, 1, 37, 131, CS_MODE_WRAP, 0.0, 5, AUTO, false, "tensor-core", 3);
+
+    // ---- CUDA-core path
+    for (int m = 0; m < CS_MODE_COUNT; m++) {
+        cs_mode mode = (cs_mode)m;
+        run_case(heat1d, 1, 1, 1000, mode, 0.5, 3, AUTO, false, "cuda-core", 1);
+        run_case(heat3d, 9, 12, 40, mode, 0.5, 2, AUTO, false, "cuda-core", 1);
+        if (quick) continue;
+        run_case(p1d5, 1, 1, 300, mode, -1.0, 2, CC);
+        run_case(box27, 6, 35, 33, mode, 0.0, 2, CC);
+        run_case(box49, 1, 40, 70, mode, 0.25, 2, CC);
+        run_case(k9x9, 1, 4, 5, mode, 0.25, 2, CC);  // radius > grid
+    }
+    run_case(k1d801, 1, 1, 900, CS_MODE_REFLECT, 0.0, 1, CC);   // x chunks
+    run_case(k35x3, 1, 50, 40, CS_MODE_MIRROR, 0.0, 1, CC);     // y chunks
+    run_case(k3x67, 1, 20, 90, CS_MODE_NEAREST, 0.0, 1, CC);    // x chunks
+    run_case(k3d513, 7, 1, 50, CS_MODE_WRAP, 0.0, 2, CC);
+    run_case(heat2d, 1, 1, 1, CS_MODE_MIRROR, 0.0, 3, CC);
+    run_case(box27, 5, 6, 7, CS_MODE_CONSTANT, 1.0, 3, CC, true);
+
+    // ---- errors: no leak, the right status
+    expect_status("tensor-core with a 9x9 kernel", k9x9, 1, 20, 20, TC, CS_ERR_UNSUPPORTED);
+    expect_status("tensor-core with a 3D kernel", box27, 4, 20, 20, TC, CS_ERR_UNSUPPORTED);
+    setenv("EMU_MALLOC_LIMIT", "1000", 1);
+    expect_status("device out of memory", heat2d, 1, 40, 40, AUTO, CS_ERR_DEVICE_NOMEM);
+    unsetenv("EMU_MALLOC_LIMIT");
+    setenv("EMU_NO_DEVICE", "1", 1);
+    expect_status("no device", heat2d, 1, 40, 40, AUTO, CS_ERR_NO_DEVICE);
+    c = cs_cuda_device_count(msg, sizeof msg);
+    printf("no device: device_count=%d: %s\n", c, msg);
+    unsetenv("EMU_NO_DEVICE");
+    setenv("EMU_NO_DRIVER", "1", 1);
+    expect_status("no driver", heat2d, 1, 40, 40, AUTO, CS_ERR_NO_DEVICE);
+    c = cs_cuda_device_count(msg, sizeof msg);
+    printf("no driver: device_count=%d: %s\n", c, msg);
+    unsetenv("EMU_NO_DRIVER");
+    setenv("EMU_CC_MAJOR", "8", 1);
+    expect_status("tensor-core on sm_80", heat2d, 1, 40, 40, TC, CS_ERR_UNSUPPORTED);
+    run_case(heat2d, 1, 20, 30, CS_MODE_REFLECT, 0.0, 3, AUTO, false, "cuda-core", 1);
+    unsetenv("EMU_CC_MAJOR");
+
+    printf("%d passed, %d failed\n", passes, failures);
+    return failures != 0;
+}
