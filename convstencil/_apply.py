@@ -74,11 +74,11 @@ def _resolve_backend(backend, ndim, weights):
                          % (backend, ", ".join(accepted)))
     if key == "auto":
         return _backends.best_backend()
-    if key == "cuda":
+    if key in _backends.CUDA_BACKENDS:
         status = _backends.cuda_status()
         if status != "available":
-            raise RuntimeError("backend 'cuda' is not usable here: %s"
-                               % status)
+            raise RuntimeError("backend %r is not usable here: %s"
+                               % (key, status))
     if key == "cpu-tc":
         limit = 15 if ndim == 1 else 7
         if max(weights.shape) > limit:
@@ -131,7 +131,9 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
     grid).  `mode` is "constant" (cells outside read `cval` at every step),
     "wrap" (alias "periodic"), "nearest", "reflect" or "mirror".
     `backend` is "auto" (the GPU when usable, else the CPU), "cpu",
-    "cpu-tc" or "cuda".  The result is a new float64 C-contiguous array,
+    "cpu-tc" (the tensor-core algorithm emulated on the CPU), "cuda" (the
+    GPU, tensor cores where they pay), "cuda-tc" or "cuda-core" (the GPU
+    on one path: tensor cores, 2D kernels up to 7x7 only; CUDA cores).  The result is a new float64 C-contiguous array,
     or `out` (float64, C-contiguous, the grid's shape; it may be the grid
     itself).  The input is never modified unless it is `out`.
     """
@@ -152,9 +154,9 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
     name = _resolve_backend(backend, src.ndim, w)
     if out is None:
         out = src  # src is already a private copy: compute in place
-    info = _core.run(src, w, out, steps, MODE_CODES[mode], cval,
-                     _backends.BACKEND_CODES[name],
-                     _backends.CUDA_PATH_CODES["auto"], 0)
+    engine, path = _backends.BACKEND_CODES[name]
+    info = _core.run(src, w, out, steps, MODE_CODES[mode], cval, engine,
+                     path, 0)
     _last_run_info.clear()
     _last_run_info.update(info)
     _last_run_info["steps"] = steps

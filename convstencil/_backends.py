@@ -1,9 +1,12 @@
 """Which backends this build and this machine can run, and why not."""
 from . import _core
 
-# Codes shared with csrc/module.c.
-BACKEND_CODES = {"cpu": 0, "cpu-tc": 1, "cuda": 2}
-CUDA_PATH_CODES = {"auto": 0, "tensor-core": 1, "cuda-core": 2}
+# Backend name -> (engine code, GPU path code), codes shared with
+# csrc/module.c and csrc/cuda/cuda_engine.h (cs_cuda_path).  "cuda" lets
+# the engine pick the path; "cuda-tc" and "cuda-core" force one.
+BACKEND_CODES = {"cpu": (0, 0), "cpu-tc": (1, 0), "cuda": (2, 0),
+                 "cuda-tc": (2, 1), "cuda-core": (2, 2)}
+CUDA_BACKENDS = ("cuda", "cuda-tc", "cuda-core")
 
 _cuda_status = None
 
@@ -20,7 +23,8 @@ def cuda_status():
         elif count == 0:
             _cuda_status = "built, no device visible"
         else:
-            _cuda_status = "built, CUDA runtime unusable: %s" % message
+            reason = message.replace("no usable CUDA device: ", "")
+            _cuda_status = "built, no usable device: %s" % reason
     return _cuda_status
 
 
@@ -35,9 +39,14 @@ def backends():
 
     "cpu" is the direct C engine, "cpu-tc" the CPU emulation of the
     tensor-core algorithm (for verification, not speed), "cuda" the GPU
-    engine (tensor cores for 2D kernels up to 7x7, CUDA cores otherwise).
+    engine on the path it picks (tensor cores for 2D kernels up to 7x7,
+    CUDA cores otherwise); "cuda-tc" and "cuda-core" force one path.
     """
-    return {"cpu": "available", "cpu-tc": "available", "cuda": cuda_status()}
+    status = cuda_status()
+    result = {"cpu": "available", "cpu-tc": "available"}
+    for name in CUDA_BACKENDS:
+        result[name] = status
+    return result
 
 
 def best_backend():

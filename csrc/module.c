@@ -85,13 +85,21 @@ check_arrays(PyArrayObject *grid, PyArrayObject *weights, PyArrayObject *out)
 static PyObject *
 info_to_dict(const cs_run_info *info)
 {
-    return Py_BuildValue("{s:s,s:s,s:i,s:l,s:l,s:i}",
+    PyObject *seconds = info->device_seconds >= 0.0
+                            ? PyFloat_FromDouble(info->device_seconds)
+                            : Py_NewRef(Py_None);
+    if (seconds == NULL) {
+        return NULL;
+    }
+    /* N: the dict takes over the reference to `seconds` */
+    return Py_BuildValue("{s:s,s:s,s:i,s:l,s:l,s:i,s:N}",
                          "backend", info->backend ? info->backend : "",
                          "path", info->path ? info->path : "",
                          "fused_depth", info->fused_depth,
                          "fused_passes", info->fused_passes,
                          "unfused_steps", info->unfused_steps,
-                         "threads", info->threads);
+                         "threads", info->threads,
+                         "device_seconds", seconds);
 }
 
 static void
@@ -165,6 +173,7 @@ run(PyObject *self, PyObject *args)
     /* defaults for an engine that steps one by one; engines override */
     info.fused_depth = 1;
     info.unfused_steps = steps;
+    info.device_seconds = -1.0;
 
     const double *in_data = PyArray_DATA(grid);
     double *out_data = PyArray_DATA(out);
@@ -235,9 +244,39 @@ cuda_info(PyObject *self, PyObject *noargs)
 #endif
 }
 
+PyDoc_STRVAR(cuda_mem_info_doc,
+"cuda_mem_info() -> (free_bytes, total_bytes)\n"
+"\n"
+"cudaMemGetInfo on the current device (for leak checks and benchmarks).\n"
+"Raises RuntimeError where the CUDA engine cannot run.");
+
+static PyObject *
+cuda_mem_info(PyObject *self, PyObject *noargs)
+{
+#ifdef CS_HAVE_CUDA
+    size_t free_bytes = 0, total_bytes = 0;
+    char msg[256] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_mem_info(&free_bytes, &total_bytes, msg, sizeof(msg));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        PyErr_Format(PyExc_RuntimeError, "cudaMemGetInfo: %s", msg);
+        return NULL;
+    }
+    return Py_BuildValue("(nn)", (Py_ssize_t)free_bytes,
+                         (Py_ssize_t)total_bytes);
+#else
+    PyErr_SetString(PyExc_RuntimeError,
+                    "not built with CUDA: " CS_NO_CUDA_REASON);
+    return NULL;
+#endif
+}
+
 static PyMethodDef core_methods[] = {
     {"run", run, METH_VARARGS, run_doc},
     {"cuda_info", cuda_info, METH_NOARGS, cuda_info_doc},
+    {"cuda_mem_info", cuda_mem_info, METH_NOARGS, cuda_mem_info_doc},
     {NULL, NULL, 0, NULL}
 };
 

@@ -121,6 +121,8 @@ typedef struct cs_run_info {
     long fused_passes;
     long unfused_steps;
     int threads;
+    double device_seconds; /* the step loop's time on the GPU (CUDA events,
+                              no transfers); < 0 where not measured */
 } cs_run_info;
 
 #ifdef __cplusplus
