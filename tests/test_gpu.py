@@ -1,0 +1,243 @@
+"""The GPU engine's paths against the CPU engine, and its resource handling.
+
+Every test here is marked ``gpu`` and skips where no CUDA device is
+usable.  The CPU engine ("cpu"), itself checked against the plain
+reference in test_backends.py, is the reference: it is fast enough for
+the large grids (1023x1025, 4099x4097) and 50 steps.
+
+Device memory is filled with NaN when allocated (CONVSTENCIL_CUDA_POISON)
+and every `out` array is NaN before the run, so an element no kernel
+wrote fails the comparison instead of passing by luck.
+"""
+import numpy as np
+import pytest
+
+import convstencil as cs
+from conftest import assert_close, gpu, random_weights
+
+pytestmark = gpu
+
+PRESETS_2D = ("heat2d", "box2d9p", "star2d13p", "box2d49p")
+GPU_BACKENDS = ("cuda", "cuda-tc", "cuda-core")
+# (mode, cval): Dirichlet with a zero and a non-zero value, periodic, and
+# the Neumann-like modes
+MODES = [("constant", 0.0), ("constant", 1.5), ("wrap", 0.0),
+         ("nearest", 0.0), ("reflect", 0.0), ("mirror", 0.0)]
+MODE_IDS = ["constant", "constant-cval", "wrap", "nearest", "reflect",
+            "mirror"]
+# 1..7 and remainders of the fusion depth 3 (4, 5), and 50 = 16*3 + 2
+STEPS = (1, 2, 3, 4, 5, 7, 50)
+
+
+@pytest.fixture(autouse=True)
+def poison_device_memory(monkeypatch):
+    monkeypatch.setenv("CONVSTENCIL_CUDA_POISON", "1")
+
+
+def run_poisoned(grid, backend, **kwargs):
+    """apply() into a NaN-filled `out`; return it and last_run_info()."""
+    out = np.full(np.shape(grid), np.nan)
+    result = cs.apply(grid, backend=backend, out=out, **kwargs)
+    assert result is out
+    return out, cs.last_run_info()
+
+
+def check_all_paths(grid, weights, steps, mode, cval, ctx, backends=None):
+    """Every GPU path against the CPU engine on one problem."""
+    grid_before = grid.copy()
+    want = cs.apply(grid, weights=weights, steps=steps, mode=mode, cval=cval,
+                    backend="cpu")
+    infos = {}
+    for backend in backends or GPU_BACKENDS:
+        got, info = run_poisoned(grid, backend, weights=weights, steps=steps,
+                                 mode=mode, cval=cval)
+        assert_close(got, want, dict(ctx, backend=backend, info=info))
+        assert info["backend"] == "cuda", info
+        assert info["device_seconds"] is not None, info
+        assert info["device_seconds"] >= 0.0, info
+        infos[backend] = info
+    np.testing.assert_array_equal(grid, grid_before)
+    return infos
+
+
+def expected_depth(weights, steps, shape, mode):
+    """The fusion depth the tensor-core path should choose: the most steps
+    (at most `steps`) whose composed kernel stays within 7x7; 1 for a
+    1x1 kernel, and 1 when a band fix-up is needed (every mode but wrap)
+    and the grid is narrower than the two edge strips of that depth."""
+    sides = weights.shape
+    if max(sides) == 1:
+        return 1
+    depth = 1
+    while depth < steps and all((depth + 1) * (s - 1) + 1 <= 7
+                                for s in sides):
+        depth += 1
+    if mode != "wrap":
+        for s, n in zip(sides, shape):
+            r = (s - 1) // 2
+            if r > 0 and n < 2 * (2 * depth - 1) * r:
+                return 1
+    return depth
+
+
+# ---------------------------------------------------------------------------
+# presets: every path, mode and step count on small and medium grids
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("shape", [(1, 1), (7, 9), (64, 130), (1023, 1025)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", PRESETS_2D)
+def test_presets_every_path(name, shape, mode, cval, rng):
+    w = cs.Stencil(name).weights
+    grid = rng.uniform(-1.0, 1.0, shape)
+    for steps in STEPS:
+        infos = check_all_paths(grid, w, steps, mode, cval,
+                                dict(preset=name, shape=shape, mode=mode,
+                                     cval=cval, steps=steps, seed=rng.seed))
+        assert infos["cuda-tc"]["path"] == "tensor-core"
+        assert infos["cuda-core"]["path"] == "cuda-core"
+        assert infos["cuda-core"]["unfused_steps"] == steps
+        tc = infos["cuda-tc"]
+        assert tc["fused_depth"] * tc["fused_passes"] \
+            + tc["unfused_steps"] == steps, tc
+
+
+@pytest.mark.parametrize("name", ["heat2d", "box2d9p"])
+def test_small_kernels_fuse_three_steps(name, rng):
+    grid = rng.uniform(-1.0, 1.0, (256, 300))
+    w = cs.Stencil(name).weights
+    infos = check_all_paths(grid, w, 10, "constant", 0.5,
+                            dict(preset=name, seed=rng.seed),
+                            backends=("cuda-tc",))
+    info = infos["cuda-tc"]
+    assert (info["fused_depth"], info["fused_passes"],
+            info["unfused_steps"]) == (3, 3, 1), info
+
+
+@pytest.mark.parametrize("mode,cval", [("constant", -0.75), ("wrap", 0.0)],
+                         ids=["constant-cval", "wrap"])
+@pytest.mark.parametrize("name", PRESETS_2D)
+def test_presets_4099x4097(name, mode, cval, rng):
+    grid = rng.uniform(-1.0, 1.0, (4099, 4097))
+    w = cs.Stencil(name).weights
+    for steps in (1, 5, 50):
+        check_all_paths(grid, w, steps, mode, cval,
+                        dict(preset=name, shape=grid.shape, mode=mode,
+                             cval=cval, steps=steps, seed=rng.seed))
+
+
+# ---------------------------------------------------------------------------
+# random kernels: every odd shape up to 7x7 on tensor cores, larger ones
+# on CUDA cores
+
+KERNEL_SHAPES = [(ky, kx) for ky in (1, 3, 5, 7) for kx in (1, 3, 5, 7)]
+
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("kshape", KERNEL_SHAPES,
+                         ids=lambda s: "%dx%d" % s)
+def test_random_kernels_tensor_core(kshape, mode, cval, rng):
+    w = random_weights(rng, 2, 0, shape=kshape)
+    for shape in [(1, 1), (7, 9), (33, 200), (1023, 1025)]:
+        grid = rng.standard_normal(shape)
+        for steps in (1, 2, 3, 4, int(rng.integers(5, 51))):
+            infos = check_all_paths(grid, w, steps, mode, cval,
+                                    dict(kernel=kshape, shape=shape,
+                                         mode=mode, cval=cval, steps=steps,
+                                         seed=rng.seed))
+            tc = infos["cuda-tc"]
+            assert tc["path"] == "tensor-core", tc
+            assert tc["fused_depth"] == expected_depth(w, steps, shape,
+                                                      mode), tc
+
+
+@pytest.mark.parametrize("mode,cval", [("constant", 2.0), ("wrap", 0.0),
+                                       ("reflect", 0.0)],
+                         ids=["constant-cval", "wrap", "reflect"])
+@pytest.mark.parametrize("kshape", [(9, 9), (9, 3), (1, 11), (15, 15)],
+                         ids=lambda s: "%dx%d" % s)
+def test_large_kernels_run_on_cuda_cores(kshape, mode, cval, rng):
+    w = random_weights(rng, 2, 0, shape=kshape)
+    for shape in [(1, 1), (7, 9), (1023, 1025)]:
+        grid = rng.standard_normal(shape)
+        for steps in (1, 3, 7):
+            infos = check_all_paths(grid, w, steps, mode, cval,
+                                    dict(kernel=kshape, shape=shape,
+                                         mode=mode, cval=cval, steps=steps,
+                                         seed=rng.seed),
+                                    backends=("cuda", "cuda-core"))
+            assert infos["cuda"]["path"] == "cuda-core"
+    with pytest.raises(ValueError, match=r"7 x 7"):
+        cs.apply(np.zeros((16, 16)), weights=w, backend="cuda-tc")
+
+
+def test_tensor_core_path_refuses_3d_and_says_why():
+    with pytest.raises(ValueError, match=r"(?i)tensor-core"):
+        cs.apply(np.zeros((4, 5, 6)), "heat3d", backend="cuda-tc")
+
+
+# ---------------------------------------------------------------------------
+# values: non-finite input stays local on CUDA cores; aliasing; cval
+
+def test_out_may_alias_the_grid(rng):
+    grid = rng.standard_normal((300, 301))
+    want = cs.apply(grid, "box2d49p", steps=4, backend="cpu")
+    for backend in GPU_BACKENDS:
+        work = grid.copy()
+        result = cs.apply(work, "box2d49p", steps=4, backend=backend,
+                          out=work)
+        assert result is work
+        assert_close(work, want, dict(backend=backend, seed=rng.seed))
+
+
+def test_steps_zero_is_a_copy(rng):
+    grid = rng.standard_normal((17, 19))
+    for backend in GPU_BACKENDS:
+        out, info = run_poisoned(grid, backend, stencil="heat2d", steps=0)
+        np.testing.assert_array_equal(out, grid)
+
+
+# ---------------------------------------------------------------------------
+# resources: no leak, clear out-of-memory errors
+
+def device_free_bytes():
+    return cs._core.cuda_mem_info()[0]
+
+
+def test_no_device_memory_leak_over_1000_calls(rng):
+    grid = rng.standard_normal((96, 200))
+    cs.apply(grid, "heat2d", steps=4, backend="cuda")  # context, warm-up
+    before = device_free_bytes()
+    for i in range(1000):
+        backend = GPU_BACKENDS[i % 3]
+        cs.apply(grid, "heat2d", steps=4, mode="constant", backend=backend)
+    after = device_free_bytes()
+    # one leaked arena per call would be 1000 x ~0.5 MiB
+    assert before - after < (1 << 20), (before, after)
+
+
+def test_failed_calls_free_device_memory(rng):
+    grid = rng.standard_normal((64, 64))
+    cs.apply(grid, "heat2d", backend="cuda")
+    before = device_free_bytes()
+    for _ in range(200):
+        with pytest.raises(ValueError):
+            cs.apply(grid, weights=np.ones((9, 9)), backend="cuda-tc")
+    assert before - device_free_bytes() < (1 << 20)
+
+
+def test_out_of_device_memory_is_a_memory_error():
+    free, total = cs._core.cuda_mem_info()
+    # two padded grids of this size do not fit in what is free
+    points = free // 8 // 2 + (64 << 20)
+    grid = np.zeros(points // 4096 * 4096).reshape(-1, 4096)
+    try:
+        with pytest.raises(MemoryError, match=r"cudaMalloc"):
+            cs.apply(grid, "heat2d", backend="cuda")
+    finally:
+        del grid
+    # and the device is still fine afterwards
+    small = np.ones((8, 8))
+    out = cs.apply(small, "heat2d", backend="cuda", mode="wrap")
+    np.testing.assert_allclose(out, small, rtol=1e-15)
+    assert free - device_free_bytes() < (1 << 20)
