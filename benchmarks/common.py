@@ -18,6 +18,10 @@ CPU_SIZES = {1: (1 << 24,), 2: (4096, 4096), 3: (256, 256, 256)}
 
 
 def commit():
+    """The checkout's commit (-dirty with uncommitted changes), or
+    $CONVSTENCIL_COMMIT where the tree was copied without its history."""
+    if os.environ.get("CONVSTENCIL_COMMIT"):
+        return os.environ["CONVSTENCIL_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, check=True,
