@@ -19,11 +19,24 @@
  * y % G, stride P); the others are A's dirty columns: one per group (the
  * column y % G == P) and the P - 1 columns past tile_cols.  For B the
  * same holds for y - P: the first P columns and one column per group but
- * the last are dirty.  Each matrix thus has tile_groups + P - 1 dirty
- * columns of in_rows elements.  Dirty column d (counted left to right)
- * gets the in_rows consecutive slots dump_base + d*in_rows + x, so every
- * dirty element has a slot of its own and the loader stores every input
- * element into A and into B without a branch.
+ * the last are dirty.  Every dirty element gets a dump slot of its own,
+ * so the loader stores every input element into A and into B without a
+ * branch.
+ *
+ * Shared-memory banks (8-byte words: 16 per 32 banks).  Two access
+ * patterns must each be conflict-free within a half-warp:
+ *   - the MMA operand load: 4 matrix rows x 4 consecutive entries;
+ *   - the loader's store: 16 consecutive tile columns (16-aligned) of one
+ *     input row x, into both matrices.
+ * With ld % 16 == 7, row g starts on word 7g mod 16, so (i) the rows
+ * {c, c+4, c+8, c+12} start on words 4 apart, and a kernel that feeds
+ * those groups to the MMA rows of one half-warp loads conflict-free; and
+ * (ii) the real elements of any 16 aligned columns land on distinct
+ * words in A and in B, leaving exactly one free word per dirty column.
+ * Dirty column y therefore gets slots d + P*x (the stride of the real
+ * elements, so its word moves with theirs from row to row) with d on the
+ * free word of its 16-column block; dirty columns of the last, partial
+ * block take any word.  Slots are packed greedily after the rows.
  *
  * matrix_size is the end of the dump area rounded up to a multiple of 16
  * doubles, so that a second matrix placed right after the first starts
@@ -37,12 +50,13 @@
 
 /* doubles per 32 four-byte shared-memory banks */
 #define BANK_PERIOD 16
-/*
- * ld % BANK_PERIOD: any 4 consecutive rows of a 4-double operand slice
- * cover all 32 banks once, so each 256-byte half of a 16 x 4 (or 8 x 4)
- * operand load is one conflict-free wavefront, whatever its column.
- */
-#define BANK_SKEW 4
+/* ld % BANK_PERIOD (see the top comment) */
+#define BANK_SKEW 7
+/* the loader's store pattern: this many consecutive, aligned columns */
+#define STORE_SPAN 16
+
+#define MIN_INT(a, b) ((a) < (b) ? (a) : (b))
+#define MAX_INT(a, b) ((a) > (b) ? (a) : (b))
 
 static int
 layout_args_ok(const double *w, int ky, int kx, int tile_groups,
@@ -81,11 +95,11 @@ layout_geometry(int ky, int kx, int tile_groups, int tile_rows,
         return 0;
     }
     long long dump_base = (long long)tile_groups * ld;
-    long long dirty_cols = tile_groups + p - 1;
-    long long end = dump_base + dirty_cols * in_rows;
-    long long size = (end + BANK_PERIOD - 1) / BANK_PERIOD * BANK_PERIOD;
+    /* the dump area's worst case (see dump_plan_bytes), for the int bound */
+    long long end = dump_base + (tile_groups + p - 1)
+                                    * (p * (in_rows - 1) + 1 + BANK_PERIOD);
 
-    if (size > INT_MAX) {
+    if (end + BANK_PERIOD > INT_MAX) {
         return 0;
     }
     l->ky = ky;
@@ -103,7 +117,7 @@ layout_geometry(int ky, int kx, int tile_groups, int tile_rows,
     l->in_cols = (int)(tile_cols + p - 1);
     l->ld = (int)ld;
     l->dump_base = (int)dump_base;
-    l->matrix_size = (int)size;
+    l->matrix_size = 0; /* set by fill_lut, once the dump area is packed */
     return 1;
 }
 
@@ -143,38 +157,144 @@ fill_weights(const double *w, cs_layout2d *l)
 }
 
 /*
- * Lookup table: column y of the input tile, as seen by one matrix whose
- * groups start `shift` columns into the tile (0 for A, P for B).  Dirty
- * columns take the next free dump column, counted in *dirty.
+ * Where column y of the input tile sits in one matrix whose groups start
+ * `shift` columns into the tile (0 for A, P for B): 1 and its slot for
+ * row 0 and row stride in entry[0..1], or 0 when y is dirty there.
  */
-static void
-lut_column(const cs_layout2d *l, int y, int shift, int *dirty, int *entry)
+static int
+real_column(const cs_layout2d *l, int y, int shift, int *entry)
 {
     int rel = y - shift;
-    int g = rel >= 0 ? rel / l->group : -1;
-    int t = rel >= 0 ? rel % l->group : 0;
 
-    if (rel >= 0 && g < l->tile_groups && t < l->payload) {
-        entry[0] = g * l->ld + t;
-        entry[1] = l->payload;
+    if (rel < 0) {
+        return 0;
     }
-    else {
-        entry[0] = l->dump_base + *dirty * l->in_rows;
-        entry[1] = 1;
-        (*dirty)++;
+    int g = rel / l->group;
+    int t = rel % l->group;
+    if (g >= l->tile_groups || t >= l->payload) {
+        return 0;
     }
+    entry[0] = g * l->ld + t;
+    entry[1] = l->payload;
+    return 1;
 }
 
-static void
+/* A matrix's dump area being packed: which slots past dump_base are used. */
+typedef struct dump_area {
+    unsigned char *used; /* one flag per slot past dump_base */
+    int len;
+    int end;             /* one past the highest slot used so far */
+} dump_area;
+
+/* Slots the dump area may need at worst: each dirty column placed after
+ * all earlier ones, one bank period further (layout_geometry bounds it). */
+static int
+dump_area_len(const cs_layout2d *l)
+{
+    int dirty_cols = l->tile_groups + l->payload - 1;
+    return dirty_cols * (l->payload * (l->in_rows - 1) + 1 + BANK_PERIOD);
+}
+
+/*
+ * Give a dirty column the lowest slots d + P*x (x < in_rows) that are all
+ * free, with d % BANK_PERIOD == word (any d when word < 0).
+ */
+static cs_status
+dump_place(const cs_layout2d *l, dump_area *a, int word, int *entry)
+{
+    int p = l->payload;
+    int first = 0;
+    int step = 1;
+
+    if (word >= 0) {
+        first = ((word - l->dump_base) % BANK_PERIOD + BANK_PERIOD)
+                % BANK_PERIOD;
+        step = BANK_PERIOD;
+    }
+    for (int d = first; d + p * (l->in_rows - 1) < a->len; d += step) {
+        int x = 0;
+        while (x < l->in_rows && !a->used[d + p * x]) {
+            x++;
+        }
+        if (x < l->in_rows) {
+            continue;
+        }
+        for (x = 0; x < l->in_rows; x++) {
+            a->used[d + p * x] = 1;
+        }
+        a->end = MAX_INT(a->end, d + p * (l->in_rows - 1) + 1);
+        entry[0] = l->dump_base + d;
+        entry[1] = p;
+        return CS_OK;
+    }
+    return CS_ERR_INVALID; /* cannot happen: dump_area_len is the worst case */
+}
+
+/*
+ * The lookup-table entries of one matrix (entry pair `which`: 0 for A, 1
+ * for B), block by block of STORE_SPAN columns: real columns where the
+ * layout puts them, dirty ones on the words the real ones leave free.
+ */
+static cs_status
+fill_matrix_lut(cs_layout2d *l, int which, dump_area *a)
+{
+    int shift = which == 0 ? 0 : l->payload;
+
+    for (int y0 = 0; y0 < l->in_cols; y0 += STORE_SPAN) {
+        int y1 = MIN_INT(y0 + STORE_SPAN, l->in_cols);
+        int is_dirty[STORE_SPAN];
+        unsigned free_words = (1u << BANK_PERIOD) - 1;
+        int words_ok = y1 - y0 == STORE_SPAN;
+
+        for (int y = y0; y < y1; y++) {
+            int *entry = l->lut + 4 * y + 2 * which;
+            is_dirty[y - y0] = !real_column(l, y, shift, entry);
+            if (!is_dirty[y - y0]) {
+                unsigned bit = 1u << (entry[0] % BANK_PERIOD);
+                words_ok = words_ok && (free_words & bit);
+                free_words &= ~bit;
+            }
+        }
+        for (int y = y0; y < y1; y++) {
+            if (!is_dirty[y - y0]) {
+                continue;
+            }
+            int word = -1;
+            if (words_ok && free_words != 0) {
+                word = __builtin_ctz(free_words);
+                free_words &= free_words - 1;
+            }
+            cs_status st = dump_place(l, a, word, l->lut + 4 * y + 2 * which);
+            if (st != CS_OK) {
+                return st;
+            }
+        }
+    }
+    return CS_OK;
+}
+
+/* Both matrices' lookup tables and dump areas; sets matrix_size. */
+static cs_status
 fill_lut(cs_layout2d *l)
 {
-    int dirty_a = 0;
-    int dirty_b = 0;
+    dump_area a = {NULL, dump_area_len(l), 0};
+    int end = 0;
+    cs_status st = CS_OK;
 
-    for (int y = 0; y < l->in_cols; y++) {
-        lut_column(l, y, 0, &dirty_a, l->lut + 4 * y);
-        lut_column(l, y, l->payload, &dirty_b, l->lut + 4 * y + 2);
+    a.used = malloc((size_t)a.len);
+    if (a.used == NULL) {
+        return CS_ERR_NOMEM;
     }
+    for (int which = 0; which < 2 && st == CS_OK; which++) {
+        memset(a.used, 0, (size_t)a.len);
+        a.end = 0;
+        st = fill_matrix_lut(l, which, &a);
+        end = MAX_INT(end, a.end);
+    }
+    free(a.used);
+    end += l->dump_base;
+    l->matrix_size = (end + BANK_PERIOD - 1) / BANK_PERIOD * BANK_PERIOD;
+    return st;
 }
 
 cs_status
@@ -197,8 +317,11 @@ cs_layout2d_build(const double *w, int ky, int kx, int tile_groups,
         return CS_ERR_NOMEM;
     }
     fill_weights(w, out);
-    fill_lut(out);
-    return CS_OK;
+    cs_status st = fill_lut(out);
+    if (st != CS_OK) {
+        cs_layout2d_free(out);
+    }
+    return st;
 }
 
 void

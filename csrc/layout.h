@@ -27,18 +27,18 @@
  * tile_rows x tile_groups*G outputs, read from an input tile of
  * in_rows = tile_rows + ky - 1 rows by in_cols = tile_groups*G + P - 1
  * columns of X.  In shared memory each matrix is tile_groups rows of
- * stride ld (>= P*(tile_rows-1) + kpad, and ld % 16 == 4 so that the MMA
- * operand loads of 16 rows x 4 doubles hit 32 distinct banks), followed
- * by a dump area where unused input elements ("dirty bits") land, one
- * slot each, so the loader needs no branch and no two threads ever
- * write one slot.  The entries between P*in_rows and ld of each row are
+ * stride ld (>= P*(tile_rows-1) + kpad, and ld % 16 == 7: see layout.c
+ * for the shared-memory bank plan this serves), followed by a dump area
+ * where unused input elements ("dirty bits") land, one slot each, so the
+ * loader needs no branch and no two threads ever write one slot.  The entries between P*in_rows and ld of each row are
  * never written by the loader; the kernel zeroes them once (the last
  * k-step of the last row reads up to kpad - ky*P of them, times zero
  * weights).
  *
  * Lookup table: for each input tile column y, four ints
  *     lut[4*y + 0] = offset of X-tile element (0, y) in matrix A
- *     lut[4*y + 1] = stride between rows x in matrix A (P, or 1 in dump)
+ *     lut[4*y + 1] = stride between rows x in matrix A (P, in the dump
+ *                    area too)
  *     lut[4*y + 2], lut[4*y + 3] = the same for matrix B
  * so tile element (x, y) goes to A[lut[4y] + x*lut[4y+1]] and
  * B[lut[4y+2] + x*lut[4y+3]]: no division, no branch.

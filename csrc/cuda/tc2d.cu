@@ -26,18 +26,25 @@
  * Computing: warp w computes output rows i = w, w+8, w+16, w+24 of the
  * tile, four independent accumulators of one m16n8k4 tile each (16
  * groups x 8 columns).  For each k-step s the A operand is the 16 x 4
- * block of sA at column 7i + 4s (row = group), the B operand the 4 x 8
- * block of the weight matrix WA at row 4s; then the same with sB and WB
- * into the same accumulator (the tessellation of vitrolites A and B).
- * All weight fragments are loaded into registers once per thread
- * (template on ky fixes kpad/4 = 2, 6, 9 or 13 k-steps, fully unrolled).
- * ld % 16 == 4 makes each operand load hit 32 distinct banks.
+ * block of sA at column 7i + 4s (MMA row m = group 4 (m % 4) + m / 4),
+ * the B operand the 4 x 8 block of the weight matrix WA at row 4s; then
+ * the same with sB and WB into the same accumulator (the tessellation of
+ * vitrolites A and B).  All weight fragments are loaded into registers
+ * once per thread (template on ky fixes kpad/4 = 2, 6, 9 or 13 k-steps,
+ * fully unrolled).
+ *
+ * Shared-memory banks (layout.h): with ld % 16 == 7 the groups {c, c+4,
+ * c+8, c+12} start on words 4 apart, so the row permutation above makes
+ * every operand load conflict-free; and the loader's stores (a half-warp
+ * writes 16 aligned consecutive columns of one row into A and into B)
+ * hit 16 distinct words, the dump slots of dirty columns included.
  *
  * m16n8k4 f64 fragments (PTX ISA), with gq = lane/4 and kq = lane%4:
  *   a0 = A[gq][kq], a1 = A[gq+8][kq];  b0 = B[kq][gq];
  *   c0,c1 = C[gq][2kq, 2kq+1];  c2,c3 = C[gq+8][2kq, 2kq+1].
- * Output (i, 8g + c) of the tile is C[g][c]: each thread stores two
- * double2 per row, and a warp's stores cover 2 x 512 contiguous bytes.
+ * Output (i, 8g + c) of the tile is C[m][c] for the group g of MMA row
+ * m: each thread stores two double2 per row, and a warp's stores cover
+ * 16 runs of 64 contiguous bytes (whole sectors).
  *
  * Shared memory: two matrices of layout.matrix_size doubles (84 KB for a
  * 7 x 7 kernel), so two blocks fit an H100 SM; registers are capped at
@@ -210,11 +217,17 @@ tc2d_kernel(const tc2d_params p)
 
     /* ---- dual tessellation: rows warp + 8q of the tile, TC_QN at a time
        (independent accumulators) ---- */
-    const double *a_lo = sA + gq * p.ld + kq;
-    const double *a_hi = a_lo + 8 * p.ld;
-    const double *b_lo = sB + gq * p.ld + kq;
-    const double *b_hi = b_lo + 8 * p.ld;
-    const ptrdiff_t j = j0 + TC_G * gq + 2 * kq;
+    /* MMA row m computes column group 4 (m % 4) + m / 4: the four groups
+       of one half-warp's operand rows then start on shared-memory words
+       4 apart (ld % 16 == 7), so each operand load is conflict-free */
+    const int g_lo = 4 * (gq & 3) + (gq >> 2); /* of MMA row gq */
+    const int g_hi = g_lo + 2;                 /* of MMA row gq + 8 */
+    const double *a_lo = sA + g_lo * p.ld + kq;
+    const double *a_hi = sA + g_hi * p.ld + kq;
+    const double *b_lo = sB + g_lo * p.ld + kq;
+    const double *b_hi = sB + g_hi * p.ld + kq;
+    const ptrdiff_t j_lo = j0 + TC_G * g_lo + 2 * kq;
+    const ptrdiff_t j_hi = j0 + TC_G * g_hi + 2 * kq;
 #pragma unroll
     for (int q0 = 0; q0 < TC_ROWS_PER_WARP; q0 += TC_QN) {
         double acc[TC_QN][4];
@@ -231,14 +244,15 @@ tc2d_kernel(const tc2d_params p)
                 dmma_16x8x4(acc[q], b_lo[off], b_hi[off], fb[s]);
             }
         }
-        /* ---- store: C[g][c] is output (i, 8g + c) of the tile ---- */
+        /* ---- store: C[m][c] is output (i, 8 g + c) of the tile, g the
+           group of MMA row m ---- */
 #pragma unroll
         for (int q = 0; q < TC_QN; q++) {
             const ptrdiff_t i = i0 + warp + TC_WARPS * (q0 + q);
             if (i < p.ny) {
                 double *row = p.out + z * p.out_plane + i * p.out_pitch;
-                store_pair(row, j, p.nx, acc[q][0], acc[q][1]);
-                store_pair(row, j + 8 * TC_G, p.nx, acc[q][2], acc[q][3]);
+                store_pair(row, j_lo, p.nx, acc[q][0], acc[q][1]);
+                store_pair(row, j_hi, p.nx, acc[q][2], acc[q][3]);
             }
         }
     }
@@ -293,9 +307,10 @@ cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
         bad = "tile plan is not 16 groups x 32 rows";
     } else if (L->ld < TC_P * (TC_TR - 1) + L->kpad
                || L->ld < TC_P * L->in_rows
+               || L->ld % 16 != 7
                || L->dump_base != CS_TC2D_GROUPS * L->ld
                || L->matrix_size < L->dump_base) {
-        bad = "matrix stride or dump area too small";
+        bad = "matrix stride (>= the rows, 7 mod 16) or dump area";
     } else if (L->weight_a == NULL || L->weight_b == NULL || L->lut == NULL) {
         bad = "missing weight matrices or lookup table";
     } else if (cs_cuda_tc2d_smem_bytes(L) > smem_optin) {
