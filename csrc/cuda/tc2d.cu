@@ -23,18 +23,15 @@
  * or right edge) read as zero: they feed only outputs outside the grid,
  * which are not stored, so the grid needs no margin beyond its halo.
  *
- * Computing: warp w computes output rows i = r0, r0+4, r0+8, r0+12 of
- * the tile (r0 = w % 4 + 16 (w / 4)), four accumulators of one m16n8k4
- * tile each (16 groups x 8 columns).  For each k-step s of row i the A
- * operand is the 16 x 4 block of sA at column 7i + 4s (MMA row m = group
- * 4 (m % 4) + m / 4), the B operand the 4 x 8 block of the weight matrix
- * WA at row 4s; then the same with sB and WB into the same accumulator
- * (the tessellation of vitrolites A and B).  Rows 4 apart are 28 columns
- * = 7 k-steps apart, so one operand block feeds every row of the warp
- * that needs it (34 block loads instead of 52 for a 7 x 7 kernel: the
- * operand loads are what keeps the shared-memory pipe busy).  All weight
- * fragments are loaded into registers once per thread (template on ky
- * fixes kpad/4 = 2, 6, 9 or 13 k-steps, fully unrolled).
+ * Computing: warp w computes output rows i = w, w+8, w+16, w+24 of the
+ * tile, four independent accumulators of one m16n8k4 tile each (16
+ * groups x 8 columns).  For each k-step s the A operand is the 16 x 4
+ * block of sA at column 7i + 4s (MMA row m = group 4 (m % 4) + m / 4),
+ * the B operand the 4 x 8 block of the weight matrix WA at row 4s; then
+ * the same with sB and WB into the same accumulator (the tessellation of
+ * vitrolites A and B).  All weight fragments are loaded into registers
+ * once per thread (template on ky fixes kpad/4 = 2, 6, 9 or 13 k-steps,
+ * fully unrolled).
  *
  * Shared-memory banks (layout.h): with ld % 16 == 7 the groups {c, c+4,
  * c+8, c+12} start on words 4 apart, so the row permutation above makes
@@ -67,15 +64,13 @@
 #define TC_COLS (CS_TC2D_GROUPS * TC_G)  /* 128 output columns per tile */
 #define TC_IN_COLS (TC_COLS + TC_P - 1)  /* 134 input columns per tile */
 #define TC_ROWS_PER_WARP (TC_TR / TC_WARPS)
-/* rows of one warp are this far apart: 4 P entries, whole k-steps */
-#define TC_ROW_STEP 4
+#ifndef TC_QN
+#define TC_QN 4                   /* rows a warp accumulates at once */
+#endif
 
 static_assert(TC_TR % TC_WARPS == 0, "tile rows must split among warps");
 static_assert(TC_TR % 2 == 0, "the loader splits rows into two halves");
-static_assert(TC_P * TC_ROW_STEP % 4 == 0, "rows a whole k-step apart");
-static_assert(TC_TR % (TC_ROW_STEP * TC_ROWS_PER_WARP) == 0
-                  && TC_WARPS % TC_ROW_STEP == 0,
-              "warps tile the rows in bands of TC_ROW_STEP x rows per warp");
+static_assert(TC_ROWS_PER_WARP % TC_QN == 0, "row groups per warp");
 static_assert((TC_IN_COLS - TC_COLS) * (TC_TR + 6) <= TC_THREADS,
               "one element of the extra columns per thread");
 
@@ -91,6 +86,7 @@ typedef struct tc2d_params {
     ptrdiff_t lim_y, lim_x; /* n + halo of `in`: first unreadable */
     ptrdiff_t tiles_x;      /* blockIdx.x = tile_y * tiles_x + tile_x */
     ptrdiff_t z0;           /* plane of blockIdx.y == 0 */
+    int ld;
     int matrix_size;
     const int *lut;
     const double *wa;
@@ -136,20 +132,6 @@ store_pair(double *row, ptrdiff_t j, ptrdiff_t nx, double c0, double c1)
     }
 }
 
-/*
- * The matrix stride layout.c chooses for a ky-row kernel: the rows'
- * extent, rounded up to 7 mod 16 (checked against the layout on the
- * host); a compile-time constant, so operand addresses fold into
- * immediate offsets.
- */
-static constexpr __host__ __device__ int
-tc_ld(int ky)
-{
-    return TC_P * (TC_TR - 1) + 4 * ((TC_P * ky + 3) / 4)
-           + ((7 - (TC_P * (TC_TR - 1) + 4 * ((TC_P * ky + 3) / 4))) % 16
-              + 16) % 16;
-}
-
 template <int KY>
 __global__ void __launch_bounds__(TC_THREADS, 2)
 tc2d_kernel(const tc2d_params p)
@@ -158,7 +140,6 @@ tc2d_kernel(const tc2d_params p)
     constexpr int IN_ROWS = TC_TR + KY - 1;
     constexpr int HALF_ROWS = IN_ROWS / 2;
     constexpr int KSTEPS = (TC_P * KY + 3) / 4;
-    constexpr int LD = tc_ld(KY); /* the layout's ld (checked on the host) */
     static_assert(IN_ROWS % 2 == 0, "odd ky and even tile rows");
 
     extern __shared__ double smem[];
@@ -171,6 +152,19 @@ tc2d_kernel(const tc2d_params p)
     const ptrdiff_t j0 = (ptrdiff_t)(blockIdx.x % p.tiles_x) * TC_COLS;
     const ptrdiff_t i0 = (ptrdiff_t)(blockIdx.x / p.tiles_x) * TC_TR;
     const ptrdiff_t z = p.z0 + blockIdx.y;
+
+    /* ---- weight fragments b0 = W[4s + kq][gq], for the whole block:
+       issued first, their latency hides behind the tile's ---- */
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int gq = lane >> 2;
+    const int kq = lane & 3;
+    double fa[KSTEPS], fb[KSTEPS];
+#pragma unroll
+    for (int s = 0; s < KSTEPS; s++) {
+        fa[s] = __ldg(p.wa + (4 * s + kq) * TC_G + gq);
+        fb[s] = __ldg(p.wb + (4 * s + kq) * TC_G + gq);
+    }
 
     /* ---- load the input tile into sA/sB through the LUT.  Thread t owns
        tile column t % 128 for rows t / 128, +2, +4, ... (a warp reads 32
@@ -203,9 +197,9 @@ tc2d_kernel(const tc2d_params p)
 
     /* ---- row tails 7*in_rows .. ld-1 of both matrices: never loaded,
        read by the last k-step of the last row (times zero weights) ---- */
-    for (int e = TC_P * IN_ROWS + (tid & 15); e < LD; e += 16) {
-        sA[(tid >> 4) * LD + e] = 0.0;
-        sB[(tid >> 4) * LD + e] = 0.0;
+    for (int e = TC_P * IN_ROWS + (tid & 15); e < p.ld; e += 16) {
+        sA[(tid >> 4) * p.ld + e] = 0.0;
+        sB[(tid >> 4) * p.ld + e] = 0.0;
     }
 
     /* ---- the stores of the loads above ---- */
@@ -219,82 +213,47 @@ tc2d_kernel(const tc2d_params p)
         sA[elut.x + ex * elut.y] = ev;
         sB[elut.z + ex * elut.w] = ev;
     }
-
-    /* ---- weight fragments b0 = W[4s + kq][gq] (cached: every block
-       reads the same few KB), issued before the barrier so that their
-       latency hides behind it, and after the tile's loads so that the
-       two sets of registers are not live at once ---- */
-    const int lane = tid & 31;
-    const int warp = tid >> 5;
-    const int gq = lane >> 2;
-    const int kq = lane & 3;
-    double fa[KSTEPS], fb[KSTEPS];
-#pragma unroll
-    for (int s = 0; s < KSTEPS; s++) {
-        fa[s] = __ldg(p.wa + (4 * s + kq) * TC_G + gq);
-        fb[s] = __ldg(p.wb + (4 * s + kq) * TC_G + gq);
-    }
     __syncthreads();
 
-    /* ---- dual tessellation.  Warp w computes the tile rows r0 + 4q
-       (q < TC_ROWS_PER_WARP), r0 = w % 4 + 16 (w / 4).  Rows 4 apart
-       start 4P = 28 entries, i.e. SHIFT = 7 k-steps, apart in the
-       matrices, so the operand block of k-step c serves row q at its
-       k-step c - SHIFT q with the same weight fragment: each block is
-       loaded once for every row that uses it (for a 7 x 7 kernel, 34
-       block loads instead of 52). ---- */
+    /* ---- dual tessellation: rows warp + 8q of the tile, TC_QN at a time
+       (independent accumulators) ---- */
     /* MMA row m computes column group 4 (m % 4) + m / 4: the four groups
        of one half-warp's operand rows then start on shared-memory words
        4 apart (ld % 16 == 7), so each operand load is conflict-free */
     const int g_lo = 4 * (gq & 3) + (gq >> 2); /* of MMA row gq */
     const int g_hi = g_lo + 2;                 /* of MMA row gq + 8 */
-    const int r0 = warp % TC_ROW_STEP
-                   + TC_ROW_STEP * TC_ROWS_PER_WARP * (warp / TC_ROW_STEP);
-    const double *a_lo = sA + g_lo * LD + TC_P * r0 + kq;
-    const double *a_hi = a_lo + (g_hi - g_lo) * LD;
-    const double *b_lo = sB + g_lo * LD + TC_P * r0 + kq;
-    const double *b_hi = b_lo + (g_hi - g_lo) * LD;
-    constexpr int SHIFT = TC_P * TC_ROW_STEP / 4;
-    constexpr int BLOCKS = SHIFT * (TC_ROWS_PER_WARP - 1) + KSTEPS;
-    double acc[TC_ROWS_PER_WARP][4];
-#pragma unroll
-    for (int q = 0; q < TC_ROWS_PER_WARP; q++) {
-        acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0;
-    }
-#pragma unroll
-    for (int c = 0; c < BLOCKS; c++) {
-        /* (compile-time after unrolling: small kernels leave gaps) */
-        bool used = false;
-#pragma unroll
-        for (int q = 0; q < TC_ROWS_PER_WARP; q++) {
-            used = used || (c >= SHIFT * q && c < SHIFT * q + KSTEPS);
-        }
-        if (!used) {
-            continue;
-        }
-        const double alo = a_lo[4 * c], ahi = a_hi[4 * c];
-        const double blo = b_lo[4 * c], bhi = b_hi[4 * c];
-#pragma unroll
-        for (int q = 0; q < TC_ROWS_PER_WARP; q++) {
-            const int s = c - SHIFT * q;
-            if (s >= 0 && s < KSTEPS) {
-                dmma_16x8x4(acc[q], alo, ahi, fa[s]);
-                dmma_16x8x4(acc[q], blo, bhi, fb[s]);
-            }
-        }
-    }
-
-    /* ---- store: C[m][c] is output (i, 8 g + c) of the tile, g the group
-       of MMA row m ---- */
+    const double *a_lo = sA + g_lo * p.ld + kq;
+    const double *a_hi = sA + g_hi * p.ld + kq;
+    const double *b_lo = sB + g_lo * p.ld + kq;
+    const double *b_hi = sB + g_hi * p.ld + kq;
     const ptrdiff_t j_lo = j0 + TC_G * g_lo + 2 * kq;
     const ptrdiff_t j_hi = j0 + TC_G * g_hi + 2 * kq;
 #pragma unroll
-    for (int q = 0; q < TC_ROWS_PER_WARP; q++) {
-        const ptrdiff_t i = i0 + r0 + TC_ROW_STEP * q;
-        if (i < p.ny) {
-            double *row = p.out + z * p.out_plane + i * p.out_pitch;
-            store_pair(row, j_lo, p.nx, acc[q][0], acc[q][1]);
-            store_pair(row, j_hi, p.nx, acc[q][2], acc[q][3]);
+    for (int q0 = 0; q0 < TC_ROWS_PER_WARP; q0 += TC_QN) {
+        double acc[TC_QN][4];
+#pragma unroll
+        for (int q = 0; q < TC_QN; q++) {
+            acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0;
+        }
+#pragma unroll
+        for (int s = 0; s < KSTEPS; s++) {
+#pragma unroll
+            for (int q = 0; q < TC_QN; q++) {
+                const int off = TC_P * (warp + TC_WARPS * (q0 + q)) + 4 * s;
+                dmma_16x8x4(acc[q], a_lo[off], a_hi[off], fa[s]);
+                dmma_16x8x4(acc[q], b_lo[off], b_hi[off], fb[s]);
+            }
+        }
+        /* ---- store: C[m][c] is output (i, 8 g + c) of the tile, g the
+           group of MMA row m ---- */
+#pragma unroll
+        for (int q = 0; q < TC_QN; q++) {
+            const ptrdiff_t i = i0 + warp + TC_WARPS * (q0 + q);
+            if (i < p.ny) {
+                double *row = p.out + z * p.out_plane + i * p.out_pitch;
+                store_pair(row, j_lo, p.nx, acc[q][0], acc[q][1]);
+                store_pair(row, j_hi, p.nx, acc[q][2], acc[q][3]);
+            }
         }
     }
 }
@@ -348,10 +307,10 @@ cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
         bad = "tile plan is not 16 groups x 32 rows";
     } else if (L->ld < TC_P * (TC_TR - 1) + L->kpad
                || L->ld < TC_P * L->in_rows
-               || L->ld != tc_ld(ky)
+               || L->ld % 16 != 7
                || L->dump_base != CS_TC2D_GROUPS * L->ld
                || L->matrix_size < L->dump_base) {
-        bad = "matrix stride (the rows' extent, 7 mod 16) or dump area";
+        bad = "matrix stride (>= the rows, 7 mod 16) or dump area";
     } else if (L->weight_a == NULL || L->weight_b == NULL || L->lut == NULL) {
         bad = "missing weight matrices or lookup table";
     } else if (cs_cuda_tc2d_smem_bytes(L) > smem_optin) {
@@ -454,6 +413,7 @@ cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.nx = in->n[2];
     p.lim_y = in->n[1] + in->halo[1];
     p.lim_x = in->n[2] + in->halo[2];
+    p.ld = plan->ld;
     p.matrix_size = plan->matrix_size;
     p.lut = plan->lut;
     p.wa = plan->wa;
