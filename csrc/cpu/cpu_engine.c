@@ -21,6 +21,12 @@
  * refreshes them after each step.  Rows are transposed into this layout
  * when loaded and back when stored.
  *
+ * A kernel that is x-separable, w = p (x) q with q along x (the box
+ * presets), is applied as column sums of its rows weighted by p, then a
+ * width-wide pass with q over those sums, in registers and L1: width + 1
+ * FMAs per row and vector instead of width (49 -> about 19 per point
+ * for a 7x7 box).
+ *
  * Two paths:
  *
  * "direct": small grids (they live in cache anyway) or shapes the blocked
@@ -47,6 +53,7 @@
  */
 #include "cpu_engine.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -70,6 +77,17 @@
 #endif
 #define ROW_BLOCK (VECS * LANES)
 #define ALIGN_BYTES (LANES * sizeof(double))
+
+/*
+ * Widest x factor the separable row kernel takes: its VECS + width - 1
+ * column sums must stay in registers (32 zmm with AVX-512; with AVX2 a
+ * vector is two of 16 ymm).
+ */
+#ifdef __AVX512F__
+#define SEP_MAX_WIDTH 7
+#else
+#define SEP_MAX_WIDTH 3
+#endif
 
 /*
  * -std=c99 turns floating-point contraction off, so ask for the fused
@@ -156,7 +174,11 @@ typedef struct engine {
     int ntaps;
     double *w;               /* the non-zero weights, in kernel order */
     int *tz;                 /* plane of each tap in its window, 0..2*r[0] */
+    int *ty;                 /* row of each tap in its plane, 0..2*r[1] */
+    int *tx;                 /* point of each tap in its row, 0..2*r[2] */
     ptrdiff_t *toff;         /* offset in that plane from the window corner */
+    int sep_width;           /* 0, or x-separable: see try_separable */
+    double xw[SEP_MAX_WIDTH];    /* the x factor of a separable kernel */
 } engine;
 
 /*
@@ -251,14 +273,14 @@ choose_threads(int requested, double work)
 
 /*
  * dst[0 .. ROW_BLOCK) = sum_t w[t] * tap[t][at .. at + ROW_BLOCK), for
- * ntaps >= 1.  The fixed-size accumulator array is what lets the compiler
+ * t < ntaps, ntaps >= 1.  The fixed-size accumulator array is what lets the compiler
  * keep it in vector registers across the tap loop: one load and one FMA
  * per tap and vector.  The do-while matters: with a loop that might run
  * zero times, GCC merges the two paths through a stack copy of acc.
  */
 static void
 row_block(double *restrict dst, const double *const *restrict tap,
-          ptrdiff_t at, const engine *e)
+          ptrdiff_t at, const double *restrict w, int ntaps)
 {
     double acc[VECS][LANES];
     for (int v = 0; v < VECS; v++) {
@@ -269,14 +291,14 @@ row_block(double *restrict dst, const double *const *restrict tap,
     int t = 0;
     do {
         const double *restrict s = tap[t] + at;
-        const double wt = e->w[t];
+        const double wt = w[t];
         for (int v = 0; v < VECS; v++) {
             for (int i = 0; i < LANES; i++) {
                 acc[v][i] = MULADD(acc[v][i], wt, s[v * LANES + i]);
             }
         }
         t++;
-    } while (t < e->ntaps);
+    } while (t < ntaps);
     for (int v = 0; v < VECS; v++) {
         for (int i = 0; i < LANES; i++) {
             dst[v * LANES + i] = acc[v][i];
@@ -287,7 +309,7 @@ row_block(double *restrict dst, const double *const *restrict tap,
 /* The same for one vector of LANES outputs: rows shorter than a block. */
 static void
 lane_block(double *restrict dst, const double *const *restrict tap,
-           ptrdiff_t at, const engine *e)
+           ptrdiff_t at, const double *restrict w, int ntaps)
 {
     double acc[LANES];
     for (int i = 0; i < LANES; i++) {
@@ -296,14 +318,129 @@ lane_block(double *restrict dst, const double *const *restrict tap,
     int t = 0;
     do {
         const double *restrict s = tap[t] + at;
-        const double wt = e->w[t];
+        const double wt = w[t];
         for (int i = 0; i < LANES; i++) {
             acc[i] = MULADD(acc[i], wt, s[i]);
         }
         t++;
-    } while (t < e->ntaps);
+    } while (t < ntaps);
     for (int i = 0; i < LANES; i++) {
         dst[i] = acc[i];
+    }
+}
+
+/*
+ * col[j] = sum_t w[t] * tap[t][at + j] for the ncol vectors j: the
+ * column sums of an x-separable kernel's rows.  ncol is a constant once
+ * inlined, so the sums stay in registers across the taps.
+ */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void
+column_sums(double *restrict col, const double *const *restrict tap,
+            ptrdiff_t at, const engine *e, const int ncol)
+{
+    double acc[VECS + SEP_MAX_WIDTH - 1][LANES];
+    for (int j = 0; j < ncol; j++) {
+        for (int i = 0; i < LANES; i++) {
+            acc[j][i] = 0.0;
+        }
+    }
+    int t = 0;
+    do {
+        const double *restrict s = tap[t] + at;
+        const double wt = e->w[t];
+        for (int j = 0; j < ncol; j++) {
+            for (int i = 0; i < LANES; i++) {
+                acc[j][i] = MULADD(acc[j][i], wt, s[j * LANES + i]);
+            }
+        }
+        t++;
+    } while (t < e->ntaps);
+    for (int j = 0; j < ncol; j++) {
+        for (int i = 0; i < LANES; i++) {
+            col[j * LANES + i] = acc[j][i];
+        }
+    }
+}
+
+/*
+ * The block kernels for an x-separable kernel w = p (x) q (see
+ * try_separable): the taps are its rows, each with weight p and pointing
+ * at the row's first point, and q is e->xw.  For nv output vectors (VECS
+ * or 1), first the column sums of the nv + width - 1 vectors they read,
+ * then dst[v] = sum_k q[k] * col[v + k] by the plain block kernel, from
+ * L1: width + 1 FMAs per row and vector instead of width per tap.
+ */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void
+sep_block(double *restrict dst, const double *const *restrict tap,
+          ptrdiff_t at, const engine *e, const int nv, const int width)
+{
+    double col[(VECS + SEP_MAX_WIDTH - 1) * LANES];
+    const double *shifted[SEP_MAX_WIDTH];
+    column_sums(col, tap, at, e, nv + width - 1);
+    for (int k = 0; k < width; k++) {
+        shifted[k] = col + k * LANES;
+    }
+    /* e->sep_width, not the constant: GCC would specialize the kernel
+       for it and vectorize it across taps, with shuffles */
+    if (nv == VECS) {
+        row_block(dst, shifted, 0, e->xw, e->sep_width);
+    }
+    else {
+        lane_block(dst, shifted, 0, e->xw, e->sep_width);
+    }
+}
+
+/* row_apply for a separable kernel of x width `width` (a constant). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void
+sep_row(double *restrict dst, const double *const *restrict tap,
+        ptrdiff_t at, const engine *e, ptrdiff_t n, const int width)
+{
+    if (n >= ROW_BLOCK) {
+        for (ptrdiff_t x = 0; x + ROW_BLOCK <= n; x += ROW_BLOCK) {
+            sep_block(dst + x, tap, at + x, e, VECS, width);
+        }
+        if (n % ROW_BLOCK != 0) {
+            sep_block(dst + n - ROW_BLOCK, tap, at + n - ROW_BLOCK, e,
+                      VECS, width);
+        }
+    }
+    else {
+        for (ptrdiff_t x = 0; x < n; x += LANES) {
+            sep_block(dst + x, tap, at + x, e, 1, width);
+        }
+    }
+}
+
+/* One instance per width the planner may choose (odd, <= SEP_MAX_WIDTH). */
+static void
+sep_apply(double *restrict dst, const double *const *restrict tap,
+          ptrdiff_t at, const engine *e, ptrdiff_t n)
+{
+    switch (e->sep_width) {
+    case 3:
+        sep_row(dst, tap, at, e, n, 3);
+        break;
+#if SEP_MAX_WIDTH >= 5
+    case 5:
+        sep_row(dst, tap, at, e, n, 5);
+        break;
+#endif
+#if SEP_MAX_WIDTH >= 7
+    case 7:
+        sep_row(dst, tap, at, e, n, 7);
+        break;
+#endif
+    default:
+        break;    /* try_separable takes no other width */
     }
 }
 
@@ -324,17 +461,21 @@ row_apply(double *restrict dst, const double *const *restrict tap,
             dst[x] = 0.0;
         }
     }
+    else if (e->sep_width > 0) {
+        sep_apply(dst, tap, at, e, n);
+    }
     else if (n >= ROW_BLOCK) {
         for (ptrdiff_t x = 0; x + ROW_BLOCK <= n; x += ROW_BLOCK) {
-            row_block(dst + x, tap, at + x, e);
+            row_block(dst + x, tap, at + x, e->w, e->ntaps);
         }
         if (n % ROW_BLOCK != 0) {
-            row_block(dst + n - ROW_BLOCK, tap, at + n - ROW_BLOCK, e);
+            row_block(dst + n - ROW_BLOCK, tap, at + n - ROW_BLOCK, e->w,
+                      e->ntaps);
         }
     }
     else {
         for (ptrdiff_t x = 0; x < n; x += LANES) {
-            lane_block(dst + x, tap, at + x, e);
+            lane_block(dst + x, tap, at + x, e->w, e->ntaps);
         }
     }
 }
@@ -638,10 +779,88 @@ engine_free(engine *e)
 {
     free(e->w);
     free(e->tz);
+    free(e->ty);
+    free(e->tx);
     free(e->toff);
     e->w = NULL;
     e->tz = NULL;
+    e->ty = NULL;
+    e->tx = NULL;
     e->toff = NULL;
+}
+
+/* FMAs per output point and step of the row kernel. */
+static double
+taps_per_point(const engine *e)
+{
+    if (e->sep_width > 0) {
+        return e->ntaps * (VECS + e->sep_width - 1.0) / VECS
+               + e->sep_width;
+    }
+    return MAX(e->ntaps, 1);
+}
+
+/*
+ * Is the kernel, as a matrix with one row per (z, y) and one column per
+ * x, of rank one: w = p (x) q, every q[x] non-zero?  Then, where it saves
+ * FMAs, keep one tap per non-zero row (weight p, at x = 0) and q in
+ * e->xw.  p and q are taken from the largest weight's row and column;
+ * each product must be within 4 ulp of its weight, an error of the same
+ * order as the rounding of the sum itself.
+ */
+static void
+try_separable(engine *e, const double *weights, ptrdiff_t count,
+              ptrdiff_t sy, ptrdiff_t sx)
+{
+    ptrdiff_t big = 0;
+    for (ptrdiff_t i = 0; i < count; i++) {
+        if (fabs(weights[i]) > fabs(weights[big])) {
+            big = i;
+        }
+    }
+    ptrdiff_t rows = count / sx;
+    double direct = (double)VECS * e->ntaps;
+    if (sx < 3 || sx > SEP_MAX_WIDTH || weights[big] == 0.0) {
+        return;
+    }
+    const double *pivot = weights + big / sx * sx;
+    double q[SEP_MAX_WIDTH];
+    for (ptrdiff_t x = 0; x < sx; x++) {
+        q[x] = pivot[x] / pivot[big % sx];
+        if (q[x] == 0.0) {
+            return;
+        }
+    }
+    int nrows = 0;
+    for (ptrdiff_t i = 0; i < rows; i++) {
+        double p = weights[i * sx + big % sx];
+        for (ptrdiff_t x = 0; x < sx; x++) {
+            double w = weights[i * sx + x];
+            if (fabs(p * q[x] - w) > 4.0 * DBL_EPSILON * fabs(w)) {
+                return;
+            }
+        }
+        nrows += (p != 0.0);
+    }
+    if ((double)nrows * (VECS + sx - 1) + (double)VECS * sx >= direct) {
+        return;    /* no FMAs saved: short rows or few of them */
+    }
+    int t = 0;
+    for (ptrdiff_t i = 0; i < rows; i++) {
+        double p = weights[i * sx + big % sx];
+        if (p != 0.0) {
+            e->w[t] = p;
+            e->tz[t] = (int)(i / sy);
+            e->ty[t] = (int)(i % sy);
+            e->tx[t] = 0;
+            t++;
+        }
+    }
+    e->ntaps = t;
+    e->sep_width = (int)sx;
+    for (ptrdiff_t x = 0; x < sx; x++) {
+        e->xw[x] = q[x];
+    }
 }
 
 /*
@@ -676,18 +895,27 @@ engine_init(engine *e, const ptrdiff_t shape[3], const cs_kernel *k,
 
     ptrdiff_t count = cs_kernel_count(k);
     e->ntaps = 0;
+    e->sep_width = 0;
     e->w = malloc((size_t)count * sizeof(double));
     e->tz = malloc((size_t)count * sizeof(int));
+    e->ty = malloc((size_t)count * sizeof(int));
+    e->tx = malloc((size_t)count * sizeof(int));
     e->toff = malloc((size_t)count * sizeof(ptrdiff_t));
-    if (e->w == NULL || e->tz == NULL || e->toff == NULL) {
+    if (e->w == NULL || e->tz == NULL || e->ty == NULL || e->tx == NULL
+        || e->toff == NULL) {
         engine_free(e);
         return CS_ERR_NOMEM;
     }
     for (ptrdiff_t i = 0; i < count; i++) {
         if (k->weights[i] != 0.0) {
-            e->w[e->ntaps++] = k->weights[i];
+            e->w[e->ntaps] = k->weights[i];
+            e->tz[e->ntaps] = (int)(i / (size[2] * size[1]));
+            e->ty[e->ntaps] = (int)(i / size[2] % size[1]);
+            e->tx[e->ntaps] = (int)(i % size[2]);
+            e->ntaps++;
         }
     }
+    try_separable(e, k->weights, count, size[1], size[2]);
     return CS_OK;
 }
 
@@ -697,26 +925,13 @@ engine_init(engine *e, const ptrdiff_t shape[3], const cs_kernel *k,
  * point is one vector in a lane-split row.
  */
 static void
-engine_layout(engine *e, const cs_kernel *k, ptrdiff_t held_y,
-              ptrdiff_t held_x)
+engine_layout(engine *e, ptrdiff_t held_y, ptrdiff_t held_x)
 {
     e->lane_len = CEIL_DIV(held_x, LANES);
     e->stride[1] = (e->lane_len + 2 * e->r[2]) * LANES;
     e->stride[0] = (held_y + 2 * e->r[1]) * e->stride[1];
-
-    ptrdiff_t sy = 2 * e->r[1] + 1;
-    ptrdiff_t sx = 2 * e->r[2] + 1;
-    ptrdiff_t count = cs_kernel_count(k);
-    int t = 0;
-    for (ptrdiff_t i = 0; i < count; i++) {
-        if (k->weights[i] == 0.0) {
-            continue;
-        }
-        ptrdiff_t kx = i % sx;
-        ptrdiff_t ky = (i / sx) % sy;
-        e->tz[t] = (int)(i / (sx * sy));
-        e->toff[t] = ky * e->stride[1] + kx * LANES;
-        t++;
+    for (int t = 0; t < e->ntaps; t++) {
+        e->toff[t] = e->ty[t] * e->stride[1] + e->tx[t] * LANES;
     }
 }
 
@@ -1032,7 +1247,7 @@ tiling_cost(const engine *e, const tiling *tl, long steps)
         loaded *= held / out;
     }
     long passes = CEIL_DIV(steps, (long)tl->depth);
-    double cost = (double)steps * MAX(e->ntaps, 1) * redundant;
+    double cost = (double)steps * taps_per_point(e) * redundant;
     if (ring_bytes(e, tl) > CS_CPU_L2_BYTES) {
         cost *= COST_OUTER_CACHE;
     }
@@ -1347,17 +1562,18 @@ cs_cpu_apply(const double *in, double *out, const ptrdiff_t shape[3],
         if (st != CS_OK) {
             return st;
         }
-        nt = choose_threads(num_threads, (double)npoints * MAX(e.ntaps, 1));
+        nt = choose_threads(num_threads,
+                            (double)npoints * taps_per_point(&e));
         tiling tl;
         if (npoints * sizeof(double) > CS_CPU_DIRECT_BYTES
             && plan_tiling(&e, steps, nt, &tl)) {
-            engine_layout(&e, kernel, tile_held(&e, &tl, 1),
+            engine_layout(&e, tile_held(&e, &tl, 1),
                           tile_held(&e, &tl, 2));
             st = run_blocked(&e, &tl, in, out, steps, nt);
             path = "direct-temporal-blocked";
         }
         else {
-            engine_layout(&e, kernel, e.n[1], e.n[2]);
+            engine_layout(&e, e.n[1], e.n[2]);
             st = run_direct(&e, in, out, steps, nt);
         }
         engine_free(&e);
