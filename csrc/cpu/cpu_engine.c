@@ -23,9 +23,9 @@
  *
  * A kernel that is x-separable, w = p (x) q with q along x (the box
  * presets), is applied as column sums of its rows weighted by p, then a
- * width-wide pass with q over those sums, in registers and L1: width + 1
- * FMAs per row and vector instead of width (49 -> about 19 per point
- * for a 7x7 box).
+ * width-wide pass with q over those sums, in registers and L1: about one
+ * FMA per row and vector plus width in all, instead of width per row
+ * (49 -> about 19 per point for a 7x7 box).
  *
  * Two paths:
  *
@@ -371,7 +371,8 @@ column_sums(double *restrict col, const double *const *restrict tap,
  * at the row's first point, and q is e->xw.  For nv output vectors (VECS
  * or 1), first the column sums of the nv + width - 1 vectors they read,
  * then dst[v] = sum_k q[k] * col[v + k] by the plain block kernel, from
- * L1: width + 1 FMAs per row and vector instead of width per tap.
+ * L1: (nv + width - 1) / nv FMAs per row and vector, plus width, instead
+ * of width per row.
  */
 #if defined(__GNUC__)
 __attribute__((always_inline))
