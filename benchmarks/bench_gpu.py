@@ -1,7 +1,8 @@
 """GPU benchmark: convstencil's paths against CuPy, PyTorch and the copy floor.
 
-For each preset (the 2D ones by default) on a large grid it times, in one
-run on one GPU, with CUDA events after a warm-up, the median of --repeat
+For each preset (the 2D ones by default) on large grids (per dimension:
+--size1d, --size2d, --size3d, comma-separated) it times, in one run on one
+GPU, with CUDA events after a warm-up, the median of --repeat
 runs, each of enough steps to last --min-seconds:
 
   convstencil-tc        backend "cuda-tc"   (FP64 tensor cores, fused steps)
@@ -23,8 +24,13 @@ data.  Results are checked: the tensor-core and CUDA-core paths against
 each other and against CuPy (relative error <= 1e-12) on the benchmark
 grid.
 
-    python benchmarks/bench_gpu.py [--presets heat2d,...] [--size2d 10240]
-        [--odd2d 10000x10007] [--min-seconds 1] [--repeat 5] [--save NAME]
+Shapes that are no multiple of any tile (--odd1d, --odd2d, --odd3d) run
+convstencil only, and the table compares them with the main shape of
+the same dimension at the same position in the list.
+
+    python benchmarks/bench_gpu.py [--presets heat2d,...]
+        [--size2d 10240x10240] [--odd2d 10000x10007] [--min-seconds 1]
+        [--repeat 5] [--save NAME]
 
 Needs CuPy and PyTorch (baselines only; the package imports neither).
 """
@@ -69,9 +75,14 @@ def steps_for(seconds_per_step, min_seconds, multiple):
 # convstencil
 
 def time_convstencil(grid, name, backend, min_seconds, repeat):
-    """Median device seconds of the step loop, steps, info, wall seconds."""
+    """Median device seconds of the step loop, steps, info, wall seconds;
+    None when the backend does not run this stencil (ValueError)."""
     probe = 30
-    cs.apply(grid, name, steps=probe, backend=backend)  # warm-up, calibrate
+    try:
+        cs.apply(grid, name, steps=probe, backend=backend)  # warm-up
+    except ValueError as e:
+        print("  %-10s %-21s not run: %s" % (name, backend, e), flush=True)
+        return None
     per_step = cs.last_run_info()["device_seconds"] / probe
     steps = steps_for(per_step, min_seconds, 6)
     times, walls = [], []
@@ -176,10 +187,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--presets",
                         default="heat2d,box2d9p,star2d13p,box2d49p")
+    parser.add_argument("--size1d", default="10240000,134217728")
+    parser.add_argument("--odd1d", default=",134217689",
+                        help="shapes that are no multiple of any tile "
+                             "(convstencil only), one per --size1d entry "
+                             "or empty to skip that one")
     parser.add_argument("--size2d", default="10240x10240")
-    parser.add_argument("--odd2d", default="10000x10007",
-                        help="a shape that is no multiple of any tile "
-                             "(convstencil only); '' to skip")
+    parser.add_argument("--odd2d", default="10000x10007")
+    parser.add_argument("--size3d", default="512x512x512")
+    parser.add_argument("--odd3d", default="509x511x513")
     parser.add_argument("--min-seconds", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-baselines", action="store_true")
@@ -196,8 +212,11 @@ def main():
     rng = np.random.default_rng()
     device = device_name()
     prov = common.provenance(device)
-    shape = parse_shape(args.size2d)
-    points = int(np.prod(shape))
+    sizes = {d: [parse_shape(t) for t in getattr(args, "size%dd" % d)
+                 .split(",")] for d in (1, 2, 3)}
+    odds = {d: [parse_shape(t) if t else None for t in
+                getattr(args, "odd%dd" % d).split(",")] for d in (1, 2, 3)}
+    points = 10240 * 10240
     bandwidth = copy_bandwidth(cp, points, args.repeat)
     floor = bandwidth / 16 / 1e9
     print("device: %s (%s)\ncopy bandwidth: %.0f GB/s -> %.1f GStencils/s "
@@ -217,69 +236,81 @@ def main():
               flush=True)
         return gs
 
-    table = {}
+    table = []  # (preset, main shape, odd shape or None, results)
     for name in args.presets.split(","):
         stencil = cs.Stencil(name)
-        if stencil.ndim != 2:
-            raise SystemExit("%s: only 2D presets so far" % name)
         w = stencil.weights
-        row = table.setdefault(name, {})
-        shapes = [shape] + ([parse_shape(args.odd2d)] if args.odd2d else [])
-        for grid_shape in shapes:
-            grid = rng.random(grid_shape)
-            n = grid.size
-            # correctness on this grid: both paths, and CuPy
-            steps_check = 7
-            tc = cs.apply(grid, name, steps=steps_check, backend="cuda-tc")
-            core = cs.apply(grid, name, steps=steps_check,
-                            backend="cuda-core")
-            err = rel_error(tc, core)
-            if grid_shape == shape:
-                err = max(err, rel_error(tc, one_cupy_result(
-                    cp, ndi, grid, w, steps_check)))
-            if not err <= 1e-12:
-                raise SystemExit("%s %s: paths disagree, relative error %.3g"
-                                 % (name, grid_shape, err))
-            for system, backend in SYSTEMS.items():
-                secs, steps, info, wall = time_convstencil(
-                    grid, name, backend, args.min_seconds, args.repeat)
-                gs = record(name, grid_shape, steps, system,
-                            n * steps / secs / 1e9, path=info["path"],
-                            fused_depth=info["fused_depth"],
-                            device_seconds=secs, wall_seconds=wall,
-                            rel_error_checked=err)
-                row[(grid_shape, system)] = (gs, info)
-            if grid_shape != shape or args.no_baselines:
-                continue
-            secs, steps = time_cupy(cp, ndi, grid, w, args.min_seconds,
-                                    args.repeat)
-            row[(grid_shape, "cupy")] = (record(name, grid_shape, steps,
-                                                "cupy", n * steps / secs / 1e9,
-                                                device_seconds=secs), None)
-            secs, steps, check = time_torch(torch, grid, w, args.min_seconds,
-                                            args.repeat)
-            terr = rel_error(check, one_cupy_result(cp, ndi, grid, w, 1))
-            row[(grid_shape, "torch")] = (record(
-                name, grid_shape, steps, "torch", n * steps / secs / 1e9,
-                device_seconds=secs, rel_error_vs_cupy=terr), None)
-            row[(grid_shape, "copy-floor")] = (record(
-                name, grid_shape, 1, "copy-floor", floor,
-                copy_bandwidth_gb_s=bandwidth / 1e9), None)
-        cp.get_default_memory_pool().free_all_blocks()
-        if torch is not None:
-            torch.cuda.empty_cache()
+        for shape, odd in zip(sizes[stencil.ndim], odds[stencil.ndim]):
+            row = {}
+            table.append((name, shape, odd, row))
+            for grid_shape in [shape] + ([odd] if odd else []):
+                bench_grid(cp, ndi, torch, rng, args, name, w, grid_shape,
+                           grid_shape == shape, row, record, bandwidth,
+                           floor)
+            cp.get_default_memory_pool().free_all_blocks()
+            if torch is not None:
+                torch.cuda.empty_cache()
 
-    md = markdown(table, shape, args, prov, bandwidth, floor)
+    md = markdown(table, args, prov, bandwidth, floor)
     print("\n" + md)
     if args.save:
         common.write_results(args.save, records, md)
 
 
-def markdown(table, shape, args, prov, bandwidth, floor):
-    odd = parse_shape(args.odd2d) if args.odd2d else None
-    s = "x".join(map(str, shape))
+def bench_grid(cp, ndi, torch, rng, args, name, w, grid_shape, main_shape,
+               row, record, bandwidth, floor):
+    """Check, then time every system on one grid; results go to row."""
+    grid = rng.random(grid_shape)
+    n = grid.size
+    # correctness on this grid: both paths, and CuPy
+    steps_check = 7
+    core = cs.apply(grid, name, steps=steps_check, backend="cuda-core")
+    try:
+        tc = cs.apply(grid, name, steps=steps_check, backend="cuda-tc")
+    except ValueError:
+        tc = cs.apply(grid, name, steps=steps_check, backend="cuda")
+    err = rel_error(tc, core)
+    if main_shape:
+        err = max(err, rel_error(tc, one_cupy_result(
+            cp, ndi, grid, w, steps_check)))
+    if not err <= 1e-12:
+        raise SystemExit("%s %s: paths disagree, relative error %.3g"
+                         % (name, grid_shape, err))
+    del tc, core
+    for system, backend in SYSTEMS.items():
+        timed = time_convstencil(grid, name, backend, args.min_seconds,
+                                 args.repeat)
+        if timed is None:
+            continue
+        secs, steps, info, wall = timed
+        gs = record(name, grid_shape, steps, system,
+                    n * steps / secs / 1e9, path=info["path"],
+                    fused_depth=info["fused_depth"],
+                    device_seconds=secs, wall_seconds=wall,
+                    rel_error_checked=err)
+        row[(grid_shape, system)] = (gs, info)
+    if not main_shape or args.no_baselines:
+        return
+    shape = grid_shape
+    secs, steps = time_cupy(cp, ndi, grid, w, args.min_seconds,
+                            args.repeat)
+    row[(shape, "cupy")] = (record(name, shape, steps, "cupy",
+                                   n * steps / secs / 1e9,
+                                   device_seconds=secs), None)
+    secs, steps, check = time_torch(torch, grid, w, args.min_seconds,
+                                    args.repeat)
+    terr = rel_error(check, one_cupy_result(cp, ndi, grid, w, 1))
+    row[(shape, "torch")] = (record(
+        name, shape, steps, "torch", n * steps / secs / 1e9,
+        device_seconds=secs, rel_error_vs_cupy=terr), None)
+    row[(shape, "copy-floor")] = (record(
+        name, shape, 1, "copy-floor", floor,
+        copy_bandwidth_gb_s=bandwidth / 1e9), None)
+
+
+def markdown(table, args, prov, bandwidth, floor):
     lines = [
-        "# GPU benchmark, 2D presets", "",
+        "# GPU benchmark: %s" % args.presets, "",
         "- device: %s" % prov["device"], "- date: %s" % prov["date"],
         "- commit: %s" % prov["commit"], "- command: `%s`" % prov["command"],
         "- copy bandwidth: %.0f GB/s (read + write) -> one pass is capped "
@@ -289,29 +320,27 @@ def markdown(table, shape, args, prov, bandwidth, floor):
         "timed with CUDA events after a warm-up (convstencil: the engine's "
         "step loop, no host transfers)." % (args.repeat, args.min_seconds),
         ""]
-    head = ["preset", "tensor cores", "CUDA cores", "auto (path)", "CuPy",
-            "PyTorch", "copy floor x fused depth"]
-    if odd:
-        head += ["auto at %s" % "x".join(map(str, odd)), "odd / %s" % s]
+    head = ["preset", "grid", "tensor cores (depth)", "CUDA cores",
+            "auto (path)", "CuPy", "PyTorch", "copy floor x fused depth",
+            "odd grid: auto", "odd / main"]
     lines += ["| %s |" % " | ".join(head),
               "|%s" % ("---|" * len(head))]
-    for name, row in table.items():
+    for name, shape, odd, row in table:
         def g(key):
             v = row.get(key)
             return "%.1f" % v[0] if v else "-"
         auto = row.get((shape, "convstencil-auto"))
         tc = row.get((shape, "convstencil-tc"))
         depth = tc[1]["fused_depth"] if tc else 1
-        cells = [name, g((shape, "convstencil-tc")),
+        o = row.get((odd, "convstencil-auto")) if odd else None
+        cells = [name, "x".join(map(str, shape)),
+                 "%.1f (%d)" % (tc[0], depth) if tc else "-",
                  g((shape, "convstencil-cudacore")),
                  "%.1f (%s)" % (auto[0], auto[1]["path"]) if auto else "-",
                  g((shape, "cupy")), g((shape, "torch")),
-                 "%.0f x %d = %.0f" % (floor, depth, floor * depth)]
-        if odd:
-            o = row.get((odd, "convstencil-auto"))
-            cells += [g((odd, "convstencil-auto")),
-                      "%.0f%%" % (100 * o[0] / auto[0]) if o and auto
-                      else "-"]
+                 "%.0f x %d = %.0f" % (floor, depth, floor * depth),
+                 "%.1f at %s" % (o[0], "x".join(map(str, odd))) if o else "-",
+                 "%.0f%%" % (100 * o[0] / auto[0]) if o and auto else "-"]
         lines.append("| %s |" % " | ".join(cells))
     return "\n".join(lines) + "\n"
 

@@ -8,8 +8,9 @@
 Covers the tensor-core kernel for every kernel height it is built for
 (ky = 1, 3, 5, 7), on grids that are and are not multiples of its tile
 (so partial tiles read past the grid's edge), fused passes with the band
-fix-up, the CUDA-core step in 1D/2D/3D, and the halo fill of every
-boundary mode.  Each result is compared with the CPU engine, so the run
+fix-up, the CUDA-core step in 1D/2D/3D, the halo fill of every
+boundary mode, and 1D grids folded into rows (the fold's halo fill and
+end fix-up, partial last rows).  Each result is compared with the CPU engine, so the run
 also fails (exit status 1) on a wrong answer.
 """
 import sys
@@ -54,6 +55,15 @@ def main():
         grid = rng.standard_normal((70, 200))
         for mode in MODES:
             ok &= check(grid, w, 4, mode, "cuda-tc")
+    # 1D folded into rows: one partial row, several rows with a last row
+    # shorter than the halo, fused passes with the end fix-up
+    for name in ("heat1d", "1d5p"):
+        w = cs.Stencil(name).weights
+        for n in (100, 8194):
+            grid = rng.standard_normal(n)
+            for mode in MODES:
+                ok &= check(grid, w, 4, mode, "cuda-tc")
+                ok &= check(grid, w, 2, mode, "cuda-core")
     # CUDA cores in every dimension, and a kernel past 7x7
     cases = [(rng.standard_normal(1000), cs.Stencil("1d5p").weights),
              (rng.standard_normal((45, 139)), cs.Stencil("box2d49p").weights),

@@ -17,6 +17,13 @@
  *   `remainder` unfused steps follow on CUDA cores.
  * CUDA-core path: every step is halo refresh + one direct stencil step.
  *
+ * 1D grids with 1D kernels run folded into rows of FOLD_WIDTH points
+ * (fold1d.cu), so that the 2D kernels get whole tiles of rows: the
+ * halo refresh becomes the fold's (x-halos copied from the neighbouring
+ * rows, the mode past the ends, before every pass), the band fix-up
+ * replays the two ends of the 1D grid, and the upload and download
+ * repack the points into and out of the rows.
+ *
  * Band fix-up, per banded axis: the two edge strips of width
  * strip = (2*depth-1)*r of the pass's input are stacked into one scratch
  * grid (near edge strip, then far edge strip), which runs `depth` steps
@@ -38,6 +45,8 @@
 #include <string.h>
 
 #define ARENA_ALIGN 256 /* bytes: every piece of the arena starts aligned */
+#define FOLD_WIDTH 4096 /* points per row of a folded 1D grid: a multiple of
+                           tc2d's 128-column tile */
 
 /* ------------------------------------------------------------------------
  * padded grid geometry and the device arena
@@ -128,6 +137,52 @@ contiguous_view(const ptrdiff_t n[3], char *base)
     return v;
 }
 
+/*
+ * A 1D problem (grid {1, 1, n}, kernel {1, 1, kx}) folded into rows of
+ * `w` points; active == 0 for every other problem.
+ */
+typedef struct fold1d {
+    int active;
+    ptrdiff_t n, w, rows;
+} fold1d;
+
+static fold1d
+fold1d_plan(const ptrdiff_t shape[3], const cs_kernel *kernel)
+{
+    fold1d f;
+    memset(&f, 0, sizeof(f));
+    f.active = shape[0] == 1 && shape[1] == 1 && shape[2] >= 1
+               && kernel->size[0] == 1 && kernel->size[1] == 1;
+    if (f.active) {
+        f.n = shape[2];
+        f.w = f.n < FOLD_WIDTH ? round_up(f.n, 128) : FOLD_WIDTH;
+        f.rows = CEIL_DIV(f.n, f.w);
+    }
+    return f;
+}
+
+/*
+ * Repack between the n contiguous points at `flat` and the folded grid
+ * g: full rows, then the last row's n - (rows-1)*w points.
+ */
+static cs_status
+fold1d_repack(cs_cuda_ctx *ctx, const fold1d *f, const cs_dgrid *g,
+              char *flat, int to_folded)
+{
+    const ptrdiff_t n_rows[3] = {1, f->rows, f->w};
+    const cs_dgrid c = contiguous_view(n_rows, flat);
+    const ptrdiff_t zero[3] = {0, 0, 0};
+    const ptrdiff_t last[3] = {0, f->rows - 1, 0};
+    const ptrdiff_t full[3] = {1, f->rows - 1, f->w};
+    const ptrdiff_t tail[3] = {1, 1, f->n - (f->rows - 1) * f->w};
+    if (to_folded) {
+        CS_TRY(cs_cuda_copy_box(ctx, g, zero, &c, zero, full));
+        return cs_cuda_copy_box(ctx, g, last, &c, last, tail);
+    }
+    CS_TRY(cs_cuda_copy_box(ctx, &c, zero, g, zero, full));
+    return cs_cuda_copy_box(ctx, &c, last, g, last, tail);
+}
+
 /* Reserve `bytes` at the end of an arena plan; 0 on overflow. */
 static int
 arena_take(size_t *top, size_t bytes, size_t *offset)
@@ -145,11 +200,17 @@ arena_take(size_t *top, size_t bytes, size_t *offset)
  * steps
  * --------------------------------------------------------------------- */
 
-/* Halo refresh; constant halos are filled once per buffer (`*filled`). */
+/*
+ * Halo refresh; constant halos are filled once per buffer (`*filled`),
+ * except a fold's, whose cells copy neighbouring rows.
+ */
 static cs_status
-refresh_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, cs_mode mode, double cval,
-             int *filled)
+refresh_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, const fold1d *fold,
+             cs_mode mode, double cval, int *filled)
 {
+    if (fold != NULL && fold->active) {
+        return cs_cuda_fold1d_fill_halo(ctx, g, fold->n, mode, cval);
+    }
     if (mode == CS_MODE_CONSTANT && *filled) {
         return CS_OK;
     }
@@ -190,7 +251,8 @@ fix_band(cs_cuda_ctx *ctx, band_job *job, int a, const cs_dgrid *src,
     CS_TRY(cs_cuda_copy_box(ctx, &job->buf[0], far_buf, src, far_src, ext));
     int c = 0;
     for (int t = 0; t < plan->depth; t++) {
-        CS_TRY(refresh_halo(ctx, &job->buf[c], mode, cval, &job->filled[c]));
+        CS_TRY(refresh_halo(ctx, &job->buf[c], NULL, mode, cval,
+                            &job->filled[c]));
         CS_TRY(cs_cuda_core_step(ctx, &job->buf[c], &job->buf[1 - c], k));
         c = 1 - c;
     }
@@ -313,6 +375,14 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, cs_cuda_path path,
     const int tc_fits = kernel->size[0] == 1 && kernel->size[1] <= 7
                         && kernel->size[2] <= 7;
     const int tc_hw = major >= 9; /* FP64 m16n8k4 MMA: sm_90 */
+    if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits
+        && kernel->ndim == 1) {
+        cs_cuda_message(ctx,
+                        "the tensor-core path runs 1D kernels up to 7 "
+                        "points; this one has %td (use the CUDA-core path)",
+                        kernel->size[2]);
+        return CS_ERR_UNSUPPORTED;
+    }
     if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits) {
         cs_cuda_message(ctx,
                         "the tensor-core path runs planar kernels up to "
@@ -326,11 +396,28 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, cs_cuda_path path,
                         major);
         return CS_ERR_UNSUPPORTED;
     }
-    /* AUTO: tensor cores for 2D kernels that fit (to be tuned) */
+    /* AUTO: tensor cores for 1D and 2D kernels that fit (measured faster
+       than the CUDA-core path for every preset: benchmarks/results) */
     *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
               || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw
-                  && kernel->ndim == 2);
+                  && kernel->ndim <= 2);
     return CS_OK;
+}
+
+/*
+ * CONVSTENCIL_CUDA_MAX_DEPTH=d (d >= 1) caps the fused depth, to measure
+ * what fusion buys; 0 when unset or not a positive integer.
+ */
+static int
+max_depth_override(void)
+{
+    const char *v = getenv("CONVSTENCIL_CUDA_MAX_DEPTH");
+    if (v == NULL) {
+        return 0;
+    }
+    char *end = NULL;
+    long d = strtol(v, &end, 10);
+    return (end != v && *end == '\0' && d >= 1 && d <= 64) ? (int)d : 0;
 }
 
 /* Fusion plan, composed kernel and checked layout of the tensor-core path. */
@@ -339,7 +426,13 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
                  long steps, cs_mode mode, const ptrdiff_t shape[3],
                  int smem_optin, cs_fusion_plan *plan)
 {
-    const ptrdiff_t max_side[3] = {1, 7, 7};
+    ptrdiff_t max_side[3] = {1, 7, 7};
+    const int cap = max_depth_override();
+    for (int a = 0; a < 3 && cap > 0; a++) {
+        /* the composed side after `cap` steps */
+        const ptrdiff_t side = cap * (kernel->size[a] - 1) + 1;
+        max_side[a] = side < max_side[a] ? side : max_side[a];
+    }
     cs_status st =
         cs_fusion_plan_make(kernel, steps, mode, shape, max_side, plan);
     if (st == CS_OK) {
@@ -378,15 +471,23 @@ upload(cs_cuda_ctx *ctx, char *dst, const void *src, size_t bytes,
 
 /*
  * Allocate, upload, run the step loop of `plan`, download.  The step
- * loop's device time (no transfers) goes to *loop_seconds.
+ * loop's device time (no transfers) goes to *loop_seconds.  `user_shape`
+ * is the caller's grid; a fold runs it as {1, rows, w}.
  */
 static cs_status
 run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
-              double *out, const ptrdiff_t shape[3], const cs_kernel *kernel,
-              cs_mode mode, double cval, int use_tc,
-              const cs_fusion_plan *plan, double *loop_seconds)
+              double *out, const ptrdiff_t user_shape[3],
+              const cs_kernel *kernel, cs_mode mode, double cval, int use_tc,
+              const cs_fusion_plan *plan, const fold1d *fold,
+              double *loop_seconds)
 {
-    const size_t count = (size_t)(shape[0] * shape[1] * shape[2]);
+    const size_t count =
+        (size_t)(user_shape[0] * user_shape[1] * user_shape[2]);
+    ptrdiff_t shape[3] = {user_shape[0], user_shape[1], user_shape[2]};
+    if (fold->active) {
+        shape[1] = fold->rows;
+        shape[2] = fold->w;
+    }
 
     /* ---- geometry: main grids, band strips (both edge strips stacked
        along their axis), parameters; one arena ---- */
@@ -406,7 +507,9 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     band_job jobs[3];
     memset(jobs, 0, sizeof(jobs));
     for (int a = 1; a < 3; a++) {
-        jobs[a].active = use_tc && plan->needs_band && plan->band[a] > 0;
+        /* a fold replays its two ends instead (fold1d.cu) */
+        jobs[a].active = use_tc && plan->needs_band && plan->band[a] > 0
+                         && !fold->active;
     }
     grid_geom gmain, gstrip[3];
     int ok = geom_make(shape, halo, &gmain);
@@ -513,7 +616,11 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
                   "cudaMemcpyAsync (upload grid)"));
     const ptrdiff_t zero[3] = {0, 0, 0};
     cs_dgrid staging = contiguous_view(shape, arena + off_main[1]);
-    CS_TRY(cs_cuda_copy_box(ctx, &g[0], zero, &staging, zero, shape));
+    if (fold->active) {
+        CS_TRY(fold1d_repack(ctx, fold, &g[0], arena + off_main[1], 1));
+    } else {
+        CS_TRY(cs_cuda_copy_box(ctx, &g[0], zero, &staging, zero, shape));
+    }
 
     /* ---- the step loop ---- */
     CS_CUDA_CHECK(ctx, cudaEventRecord(s->loop_start, s->stream),
@@ -521,8 +628,13 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     int cur = 0;
     int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
     for (long pass = 0; pass < plan->passes; pass++) {
-        CS_TRY(refresh_halo(ctx, &g[cur], mode, cval, &filled[cur]));
+        CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
         CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], &tc));
+        if (fold->active && plan->needs_band) {
+            CS_TRY(cs_cuda_fold1d_fix_ends(ctx, &g[cur], &g[1 - cur],
+                                           fold->n, &dk, plan->depth, mode,
+                                           cval));
+        }
         for (int a = 1; a < 3; a++) {
             if (jobs[a].active) {
                 CS_TRY(fix_band(ctx, &jobs[a], a, &g[cur], &g[1 - cur], plan,
@@ -532,7 +644,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
         cur = 1 - cur;
     }
     for (long t = 0; t < plan->remainder; t++) {
-        CS_TRY(refresh_halo(ctx, &g[cur], mode, cval, &filled[cur]));
+        CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
         CS_TRY(cs_cuda_core_step(ctx, &g[cur], &g[1 - cur], &dk));
         cur = 1 - cur;
     }
@@ -542,7 +654,12 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
 
     /* ---- download through the spare buffer ---- */
     staging = contiguous_view(shape, arena + off_main[1 - cur]);
-    CS_TRY(cs_cuda_copy_box(ctx, &staging, zero, &g[cur], zero, shape));
+    if (fold->active) {
+        CS_TRY(fold1d_repack(ctx, fold, &g[cur], arena + off_main[1 - cur],
+                             0));
+    } else {
+        CS_TRY(cs_cuda_copy_box(ctx, &staging, zero, &g[cur], zero, shape));
+    }
     e = cudaMemcpyAsync(out, staging.origin, count * sizeof(double),
                         cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) {
@@ -626,8 +743,9 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
             info->unfused_steps = plan.remainder;
         }
         double loop_seconds = -1.0;
+        const fold1d fold = fold1d_plan(shape, kernel);
         st = run_on_device(&ctx, &s, in, out, shape, kernel, mode, cval,
-                           use_tc, &plan, &loop_seconds);
+                           use_tc, &plan, &fold, &loop_seconds);
         if (info != NULL && st == CS_OK) {
             info->device_seconds = loop_seconds;
         }

@@ -11,52 +11,18 @@
  *   x-slabs  z, y inside,   x outside [0, nx)
  * Each halo element takes cval (constant mode) or the interior element
  * at (ext(z), ext(y), ext(x)), ext being scipy.ndimage's per-axis index
- * mapping (cs_extend_index in stencil.c, ported below).  Halo elements
- * read only interior ones, so one launch has no read-after-write race,
- * and corners come out as scipy extends them (axis by axis).  The flat
- * index is decoded with divisions: the halo is a thin shell, the cost is
- * small next to a stencil pass.
+ * mapping (cs_extend_index in stencil.c, ported in extend_index.cuh).
+ * Halo elements read only interior ones, so one launch has no
+ * read-after-write race, and corners come out as scipy extends them
+ * (axis by axis).  The flat index is decoded with divisions: the halo is
+ * a thin shell, the cost is small next to a stencil pass.
  */
 #include "kernels.cuh"
+#include "extend_index.cuh"
 
 /* ------------------------------------------------------------------------
  * kernels
  * --------------------------------------------------------------------- */
-
-static __device__ __forceinline__ ptrdiff_t
-positive_mod(ptrdiff_t i, ptrdiff_t m)
-{
-    ptrdiff_t r = i % m;
-    return r < 0 ? r + m : r;
-}
-
-/* cs_extend_index for i outside [0, n) and a mode other than constant. */
-static __device__ ptrdiff_t
-extend_index(ptrdiff_t i, ptrdiff_t n, int mode)
-{
-    if (i >= 0 && i < n) {
-        return i;
-    }
-    switch (mode) {
-    case CS_MODE_WRAP:
-        return positive_mod(i, n);
-    case CS_MODE_NEAREST:
-        return i < 0 ? 0 : n - 1;
-    case CS_MODE_REFLECT: {
-        ptrdiff_t m = positive_mod(i, 2 * n); /* a b c d | d c b a */
-        return m < n ? m : 2 * n - 1 - m;
-    }
-    case CS_MODE_MIRROR: {
-        if (n == 1) {
-            return 0;
-        }
-        ptrdiff_t m = positive_mod(i, 2 * n - 2); /* a b c d | c b */
-        return m < n ? m : 2 * n - 2 - m;
-    }
-    default:
-        return 0; /* constant never maps (the launcher checks the mode) */
-    }
-}
 
 typedef struct halo_params {
     double *origin;

@@ -1,7 +1,8 @@
 /*
  * kernels.cuh -- what the .cu files of the CUDA engine share: the view of
  * a padded device grid, and the launchers of each kernel family
- * (halo.cu, cudacore.cu, tc2d.cu), which engine.cu orchestrates.
+ * (halo.cu, fold1d.cu, cudacore.cu, tc2d.cu), which engine.cu
+ * orchestrates.
  *
  * Every launcher queues its work on ctx->stream, checks its
  * preconditions (CS_ERR_INVALID with a message when one fails: a bug in
@@ -53,6 +54,31 @@ cs_status
 cs_cuda_copy_box(cs_cuda_ctx *ctx, const cs_dgrid *dst,
                  const ptrdiff_t dst_at[3], const cs_dgrid *src,
                  const ptrdiff_t src_at[3], const ptrdiff_t ext[3]);
+
+/* ---- fold1d.cu -------------------------------------------------------- */
+
+/*
+ * A 1D grid of n points folded into rows (see fold1d.cu): g is
+ * {1, ceil(n / w), w} with an x-halo and no y- or z-halo, point p at
+ * (0, p / w, p % w).  Write every cell beyond the rows' interiors that
+ * the 2D kernels read (the x-halos, the tail past n) with the point it
+ * stands for under `mode`.
+ */
+cs_status
+cs_cuda_fold1d_fill_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, ptrdiff_t n,
+                         cs_mode mode, double cval);
+
+/*
+ * The band fix-up of a fused pass src -> dst over a folded 1D grid:
+ * recompute the (depth-1)*r points at either end of dst by `depth`
+ * unfused steps of k (a {1, 1, kx} kernel) from src, the mode applied at
+ * the ends at every step.  Needs depth >= 2, n >= 2*(2*depth-1)*r and a
+ * mode other than wrap (wrap composes exactly and needs no band).
+ */
+cs_status
+cs_cuda_fold1d_fix_ends(cs_cuda_ctx *ctx, const cs_dgrid *src,
+                        const cs_dgrid *dst, ptrdiff_t n, const cs_dkernel *k,
+                        int depth, cs_mode mode, double cval);
 
 /* ---- cudacore.cu ------------------------------------------------------ */
 

@@ -193,6 +193,9 @@ int main(int argc, char **argv) {
     Kern k3x67 = make_kernel("k3x67", 2, 1, 3, 67);
     Kern k9x9 = make_kernel("k9x9", 2, 1, 9, 9);
     Kern k3d513 = make_kernel("k5x1x3", 3, 5, 1, 3);
+    Kern k1d7 = make_kernel("k1d7", 1, 1, 1, 7);
+    Kern k1d1 = make_kernel("k1d1", 1, 1, 1, 1);
+    Kern k1d9 = make_kernel("k1d9", 1, 1, 1, 9);
 
     // ---- tensor-core path: every mode, fused depths 1..3, remainders
     for (int m = 0; m < CS_MODE_COUNT; m++) {
@@ -218,10 +221,38 @@ int main(int argc, char **argv) {
     run_case(heat2d, 1, 37, 131, CS_MODE_CONSTANT, 0.0, 0, TC);     // steps 0 copies
     run_case(heat2d, 1, 37, 131, CS_MODE_WRAP, 0.0, 5, AUTO, false, "tensor-core", 3);
 
+    // ---- 1D, folded into rows of 4096 points: one row, several rows, a
+    // partial last row shorter than the halo, fused ends, both paths
+    for (int m = 0; m < CS_MODE_COUNT; m++) {
+        cs_mode mode = (cs_mode)m;
+        run_case(heat1d, 1, 1, 9000, mode, 0.5, 7, TC, false, "tensor-core", 3);
+        run_case(heat1d, 1, 1, 8194, mode, -1.5, 4, CC, false, "cuda-core", 1);
+        if (quick) continue;
+        run_case(p1d5, 1, 1, 4097, mode, 0.25, 3, TC, false, "tensor-core", 1);
+        run_case(k1d7, 1, 1, 12289, mode, 2.0, 2, TC, false, "tensor-core", 1);
+        run_case(heat1d, 1, 1, 4096, mode, 1.0, 5, AUTO, false, "tensor-core", 3);
+    }
+    run_case(heat1d, 1, 1, 1, CS_MODE_WRAP, 0.0, 5, TC, false, "tensor-core", 3);
+    run_case(heat1d, 1, 1, 1, CS_MODE_CONSTANT, 0.5, 5, TC, false, "tensor-core", 1);
+    run_case(heat1d, 1, 1, 7, CS_MODE_REFLECT, 0.0, 4, TC);
+    run_case(heat1d, 1, 1, 10, CS_MODE_CONSTANT, 0.5, 3, TC, false, "tensor-core", 3);  // exactly 2*strip
+    run_case(heat1d, 1, 1, 8193, CS_MODE_CONSTANT, -0.5, 50, TC, false, "tensor-core", 3);
+    run_case(heat1d, 1, 1, 8193, CS_MODE_WRAP, 0.0, 6, TC, true, "tensor-core", 3);    // in == out
+    run_case(k1d1, 1, 1, 5000, CS_MODE_CONSTANT, 0.5, 3, TC, false, "tensor-core");
+    run_case(p1d5, 1, 1, 129, CS_MODE_WRAP, 0.0, 3, AUTO, false, "tensor-core", 1);
+    run_case(k1d9, 1, 1, 4099, CS_MODE_CONSTANT, 0.5, 2, AUTO, false, "cuda-core", 1);
+    run_case(k1d801, 1, 1, 300, CS_MODE_WRAP, 0.0, 2, CC);      // radius > row
+    run_case(k1d801, 1, 1, 300, CS_MODE_CONSTANT, 1.0, 1, CC);
+    setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "2", 1);
+    run_case(heat1d, 1, 1, 9000, CS_MODE_CONSTANT, 0.5, 5, TC, false, "tensor-core", 2);
+    setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "1", 1);
+    run_case(heat2d, 1, 40, 50, CS_MODE_CONSTANT, 0.5, 5, TC, false, "tensor-core", 1);
+    unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
+
     // ---- CUDA-core path
     for (int m = 0; m < CS_MODE_COUNT; m++) {
         cs_mode mode = (cs_mode)m;
-        run_case(heat1d, 1, 1, 1000, mode, 0.5, 3, AUTO, false, "cuda-core", 1);
+        run_case(heat1d, 1, 1, 1000, mode, 0.5, 3, CC, false, "cuda-core", 1);
         run_case(heat3d, 9, 12, 40, mode, 0.5, 2, AUTO, false, "cuda-core", 1);
         if (quick) continue;
         run_case(p1d5, 1, 1, 300, mode, -1.0, 2, CC);

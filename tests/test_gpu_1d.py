@@ -1,0 +1,95 @@
+"""1D grids on the GPU: every path against the CPU engine.
+
+A 1D grid runs folded into rows of 4096 points (csrc/cuda/fold1d.cu), so
+the sizes below cover one short row, exactly one row, a partial last row
+shorter than the kernel's halo, many rows, and a size that is a multiple
+of nothing (1000003).  Device memory and `out` are NaN-poisoned as in
+test_gpu.py, whose helpers these tests share.
+"""
+import numpy as np
+import pytest
+
+import convstencil as cs
+from conftest import assert_close, gpu, random_weights
+from test_gpu import (MODE_IDS, MODES, STEPS, check_all_paths,
+                      expected_depth, poison_device_memory)  # noqa: F401
+
+pytestmark = gpu
+
+PRESETS_1D = ("heat1d", "1d5p")
+SIZES_1D = (1, 2, 7, 129, 4096, 4098, 12289)
+
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("n", SIZES_1D)
+@pytest.mark.parametrize("name", PRESETS_1D)
+def test_presets_every_path(name, n, mode, cval, rng):
+    w = cs.Stencil(name).weights
+    grid = rng.uniform(-1.0, 1.0, n)
+    for steps in STEPS:
+        infos = check_all_paths(grid, w, steps, mode, cval,
+                                dict(preset=name, n=n, mode=mode, cval=cval,
+                                     steps=steps, seed=rng.seed))
+        tc = infos["cuda-tc"]
+        assert tc["path"] == "tensor-core", tc
+        assert tc["fused_depth"] == expected_depth(w, steps, (n,), mode), tc
+        assert tc["fused_depth"] * tc["fused_passes"] \
+            + tc["unfused_steps"] == steps, tc
+        assert infos["cuda-core"]["path"] == "cuda-core"
+        assert infos["cuda"]["path"] == "tensor-core"
+
+
+@pytest.mark.parametrize("mode,cval", [("constant", -0.75), ("wrap", 0.0)],
+                         ids=["constant-cval", "wrap"])
+@pytest.mark.parametrize("name", PRESETS_1D)
+def test_presets_1000003_points(name, mode, cval, rng):
+    grid = rng.uniform(-1.0, 1.0, 1000003)
+    w = cs.Stencil(name).weights
+    for steps in (1, 5, 50):
+        check_all_paths(grid, w, steps, mode, cval,
+                        dict(preset=name, mode=mode, cval=cval, steps=steps,
+                             seed=rng.seed))
+
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("k", (1, 3, 5, 7))
+def test_random_kernels_tensor_core(k, mode, cval, rng):
+    w = random_weights(rng, 1, 0, shape=(k,))
+    for n in (1, 7, 300, 8193):
+        grid = rng.standard_normal(n)
+        for steps in (1, 2, 3, 4, int(rng.integers(5, 51))):
+            infos = check_all_paths(grid, w, steps, mode, cval,
+                                    dict(k=k, n=n, mode=mode, cval=cval,
+                                         steps=steps, seed=rng.seed))
+            tc = infos["cuda-tc"]
+            assert tc["path"] == "tensor-core", tc
+            assert tc["fused_depth"] == expected_depth(w, steps, (n,),
+                                                      mode), tc
+
+
+@pytest.mark.parametrize("mode,cval", [("constant", 2.0), ("wrap", 0.0),
+                                       ("reflect", 0.0)],
+                         ids=["constant-cval", "wrap", "reflect"])
+@pytest.mark.parametrize("k", (9, 11, 15, 31, 801))
+def test_longer_kernels_run_on_cuda_cores(k, mode, cval, rng):
+    w = random_weights(rng, 1, 0, shape=(k,))
+    for n in (1, 7, 300, 8193):
+        grid = rng.standard_normal(n)
+        for steps in (1, 3):
+            infos = check_all_paths(grid, w, steps, mode, cval,
+                                    dict(k=k, n=n, mode=mode, cval=cval,
+                                         steps=steps, seed=rng.seed),
+                                    backends=("cuda", "cuda-core"))
+            assert infos["cuda"]["path"] == "cuda-core"
+    with pytest.raises(ValueError, match=r"up to 7 points"):
+        cs.apply(np.zeros(64), weights=w, backend="cuda-tc")
+
+
+def test_out_may_alias_the_grid(rng):
+    grid = rng.standard_normal(10007)
+    want = cs.apply(grid, "heat1d", steps=9, backend="cpu")
+    for backend in ("cuda", "cuda-tc", "cuda-core"):
+        work = grid.copy()
+        result = cs.apply(work, "heat1d", steps=9, backend=backend, out=work)
+        assert result is work
+        assert_close(work, want, dict(backend=backend, seed=rng.seed))
