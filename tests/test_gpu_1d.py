@@ -70,7 +70,7 @@ def test_random_kernels_tensor_core(k, mode, cval, rng):
 @pytest.mark.parametrize("mode,cval", [("constant", 2.0), ("wrap", 0.0),
                                        ("reflect", 0.0)],
                          ids=["constant-cval", "wrap", "reflect"])
-@pytest.mark.parametrize("k", (9, 11, 15, 31, 801))
+@pytest.mark.parametrize("k", (9, 11, 13, 15))
 def test_longer_kernels_run_on_cuda_cores(k, mode, cval, rng):
     w = random_weights(rng, 1, 0, shape=(k,))
     for n in (1, 7, 300, 8193):
