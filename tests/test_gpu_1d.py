@@ -1,6 +1,8 @@
 """1D grids on the GPU: every path against the CPU engine.
 
-A 1D grid runs folded into rows of 4096 points (csrc/cuda/fold1d.cu), so
+On tensor cores, 1D kernels fuse up to 15 points (tc1d, payload 15) and
+run on tc2d's payload of 7 below 9 points.  A 1D grid runs folded into
+rows of 4096 points (csrc/cuda/fold1d.cu), so
 the sizes below cover one short row, exactly one row, a partial last row
 shorter than the kernel's halo, many rows, and a size that is a multiple
 of nothing (1000003).  Device memory and `out` are NaN-poisoned as in
@@ -12,12 +14,29 @@ import pytest
 import convstencil as cs
 from conftest import assert_close, gpu, random_weights
 from test_gpu import (MODE_IDS, MODES, STEPS, check_all_paths,
-                      expected_depth, poison_device_memory)  # noqa: F401
+                      poison_device_memory)  # noqa: F401
 
 pytestmark = gpu
 
 PRESETS_1D = ("heat1d", "1d5p")
 SIZES_1D = (1, 2, 7, 129, 4096, 4098, 12289)
+
+
+def expected_depth(weights, steps, n, mode):
+    """The tensor-core path's fusion depth for a 1D kernel: the most steps
+    (at most `steps`) whose composed kernel has at most 15 points; 1 for a
+    1-point kernel, and 1 when a band fix-up is needed (every mode but
+    wrap) and the grid is shorter than the two end strips."""
+    k = weights.shape[0]
+    if k == 1:
+        return 1
+    depth = 1
+    while depth < steps and (depth + 1) * (k - 1) + 1 <= 15:
+        depth += 1
+    r = (k - 1) // 2
+    if mode != "wrap" and n < 2 * (2 * depth - 1) * r:
+        return 1
+    return depth
 
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
@@ -32,7 +51,7 @@ def test_presets_every_path(name, n, mode, cval, rng):
                                      steps=steps, seed=rng.seed))
         tc = infos["cuda-tc"]
         assert tc["path"] == "tensor-core", tc
-        assert tc["fused_depth"] == expected_depth(w, steps, (n,), mode), tc
+        assert tc["fused_depth"] == expected_depth(w, steps, n, mode), tc
         assert tc["fused_depth"] * tc["fused_passes"] \
             + tc["unfused_steps"] == steps, tc
         assert infos["cuda-core"]["path"] == "cuda-core"
@@ -52,7 +71,7 @@ def test_presets_1000003_points(name, mode, cval, rng):
 
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("k", (1, 3, 5, 7))
+@pytest.mark.parametrize("k", (1, 3, 5, 7, 9, 11, 13, 15))
 def test_random_kernels_tensor_core(k, mode, cval, rng):
     w = random_weights(rng, 1, 0, shape=(k,))
     for n in (1, 7, 300, 8193):
@@ -63,26 +82,19 @@ def test_random_kernels_tensor_core(k, mode, cval, rng):
                                          steps=steps, seed=rng.seed))
             tc = infos["cuda-tc"]
             assert tc["path"] == "tensor-core", tc
-            assert tc["fused_depth"] == expected_depth(w, steps, (n,),
+            assert tc["fused_depth"] == expected_depth(w, steps, n,
                                                       mode), tc
 
 
-@pytest.mark.parametrize("mode,cval", [("constant", 2.0), ("wrap", 0.0),
-                                       ("reflect", 0.0)],
-                         ids=["constant-cval", "wrap", "reflect"])
-@pytest.mark.parametrize("k", (9, 11, 13, 15))
-def test_longer_kernels_run_on_cuda_cores(k, mode, cval, rng):
-    w = random_weights(rng, 1, 0, shape=(k,))
-    for n in (1, 7, 300, 8193):
-        grid = rng.standard_normal(n)
-        for steps in (1, 3):
-            infos = check_all_paths(grid, w, steps, mode, cval,
-                                    dict(k=k, n=n, mode=mode, cval=cval,
-                                         steps=steps, seed=rng.seed),
-                                    backends=("cuda", "cuda-core"))
-            assert infos["cuda"]["path"] == "cuda-core"
-    with pytest.raises(ValueError, match=r"up to 7 points"):
-        cs.apply(np.zeros(64), weights=w, backend="cuda-tc")
+def test_heat1d_fuses_seven_steps(rng):
+    grid = rng.uniform(-1.0, 1.0, 50000)
+    w = cs.Stencil("heat1d").weights
+    infos = check_all_paths(grid, w, 16, "constant", 0.5,
+                            dict(preset="heat1d", seed=rng.seed),
+                            backends=("cuda-tc", "cuda"))
+    for info in infos.values():
+        assert (info["fused_depth"], info["fused_passes"],
+                info["unfused_steps"]) == (7, 2, 2), info
 
 
 def test_out_may_alias_the_grid(rng):

@@ -8,11 +8,13 @@
  * the whole step loop runs on one stream, and the result is repacked and
  * downloaded once.  Every exit frees everything.
  *
- * Step loop, tensor-core path (planar kernels up to 7 x 7 on sm_90):
- *   cs_fusion_plan_make with max side {1, 7, 7} fuses `depth` steps into
- *   one pass of the composed kernel; each pass refreshes the input's halo
- *   (constant mode: once per buffer, nothing else writes it), runs
- *   tc2d, then, unless the mode is wrap or depth is 1, recomputes the
+ * Step loop, tensor-core path (planar kernels up to 7 x 7, 1D kernels up
+ * to 15 points, on sm_90):
+ *   cs_fusion_plan_make with max side {1, 7, 7} ({1, 1, 15} for 1D)
+ *   fuses `depth` steps into one pass of the composed kernel; each pass
+ *   refreshes the input's halo (constant mode: once per buffer, nothing
+ *   else writes it), runs tc2d (tc1d for a composed 1D kernel of 9 to
+ *   15 points), then, unless the mode is wrap or depth is 1, recomputes the
  *   band of width (depth-1)*r along each edge step by step on CUDA cores;
  *   `remainder` unfused steps follow on CUDA cores.
  * CUDA-core path: every step is halo refresh + one direct stencil step.
@@ -138,8 +140,8 @@ contiguous_view(const ptrdiff_t n[3], char *base)
 }
 
 /*
- * A 1D problem (grid {1, 1, n}, kernel {1, 1, kx}) folded into rows of
- * `w` points; active == 0 for every other problem.
+ * A 1D problem (the user's 1D kernel {1, 1, kx} on a grid {1, 1, n})
+ * folded into rows of `w` points; active == 0 for every other problem.
  */
 typedef struct fold1d {
     int active;
@@ -151,8 +153,9 @@ fold1d_plan(const ptrdiff_t shape[3], const cs_kernel *kernel)
 {
     fold1d f;
     memset(&f, 0, sizeof(f));
-    f.active = shape[0] == 1 && shape[1] == 1 && shape[2] >= 1
-               && kernel->size[0] == 1 && kernel->size[1] == 1;
+    f.active = kernel->ndim == 1 && shape[0] == 1 && shape[1] == 1
+               && shape[2] >= 1 && kernel->size[0] == 1
+               && kernel->size[1] == 1;
     if (f.active) {
         f.n = shape[2];
         f.w = f.n < FOLD_WIDTH ? round_up(f.n, 128) : FOLD_WIDTH;
@@ -346,8 +349,8 @@ check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
  * *smem_optin (shared memory a block may opt into).
  */
 static cs_status
-choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, cs_cuda_path path,
-            int *use_tc, int *smem_optin)
+choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
+            cs_cuda_path path, int *use_tc, int *smem_optin)
 {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -372,13 +375,15 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, cs_cuda_path path,
     if (e != cudaSuccess) {
         return cs_cuda_fail(ctx, e, "cudaDeviceGetAttribute");
     }
+    /* tc2d: planar kernels up to 7 x 7; folded 1D grids add tc1d, up
+       to 15 points */
     const int tc_fits = kernel->size[0] == 1 && kernel->size[1] <= 7
-                        && kernel->size[2] <= 7;
+                        && kernel->size[2] <= (fold->active ? 15 : 7);
     const int tc_hw = major >= 9; /* FP64 m16n8k4 MMA: sm_90 */
     if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits
         && kernel->ndim == 1) {
         cs_cuda_message(ctx,
-                        "the tensor-core path runs 1D kernels up to 7 "
+                        "the tensor-core path runs 1D kernels up to 15 "
                         "points; this one has %td (use the CUDA-core path)",
                         kernel->size[2]);
         return CS_ERR_UNSUPPORTED;
@@ -424,9 +429,10 @@ max_depth_override(void)
 static cs_status
 plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
                  long steps, cs_mode mode, const ptrdiff_t shape[3],
-                 int smem_optin, cs_fusion_plan *plan)
+                 const fold1d *fold, int smem_optin, cs_fusion_plan *plan)
 {
-    ptrdiff_t max_side[3] = {1, 7, 7};
+    /* a folded 1D grid fuses up to 15 points (tc1d), the rest 7 x 7 */
+    ptrdiff_t max_side[3] = {1, 7, fold->active ? 15 : 7};
     const int cap = max_depth_override();
     for (int a = 0; a < 3 && cap > 0; a++) {
         /* the composed side after `cap` steps */
@@ -438,11 +444,14 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
     if (st == CS_OK) {
         st = cs_kernel_compose(kernel, plan->depth, &s->composed);
     }
+    /* composed kernels past 7 columns (1D only) take tc1d's P = 15 */
+    const int wide = s->composed.weights != NULL && s->composed.size[2] > 7;
     if (st == CS_OK) {
         s->layout_built = 1;
         st = cs_layout2d_build(s->composed.weights, (int)s->composed.size[1],
                                (int)s->composed.size[2], CS_TC2D_GROUPS,
-                               CS_TC2D_TILE_ROWS, &s->layout);
+                               wide ? CS_TC1D_TILE_ROWS : CS_TC2D_TILE_ROWS,
+                               &s->layout);
     }
     if (st != CS_OK) {
         cs_cuda_message(ctx, "tensor-core plan (depth %d): %s", plan->depth,
@@ -453,7 +462,10 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
         cs_cuda_message(ctx, "tensor-core plan: a band along z");
         return CS_ERR_INVALID;
     }
-    return cs_cuda_tc2d_check_layout(ctx, &s->layout, (size_t)smem_optin);
+    return wide ? cs_cuda_tc1d_check_layout(ctx, &s->layout,
+                                            (size_t)smem_optin)
+                : cs_cuda_tc2d_check_layout(ctx, &s->layout,
+                                            (size_t)smem_optin);
 }
 
 static cs_status
@@ -500,7 +512,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     if (use_tc) {
         /* the fused kernel's reach in y, and the 3 columns of X */
         halo[1] = (s->composed.size[1] - 1) / 2;
-        halo[2] = 3;
+        halo[2] = s->layout.halo_x; /* (P - 1) / 2: 3, or 7 for tc1d */
     }
     ny_strip[1] = 2 * plan->strip[1];
     nx_strip[2] = 2 * plan->strip[2];
@@ -629,7 +641,11 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
     for (long pass = 0; pass < plan->passes; pass++) {
         CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
-        CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], &tc));
+        if (s->layout.payload == 15) {
+            CS_TRY(cs_cuda_tc1d_pass(ctx, &g[cur], &g[1 - cur], &tc));
+        } else {
+            CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], &tc));
+        }
         if (fold->active && plan->needs_band) {
             CS_TRY(cs_cuda_fold1d_fix_ends(ctx, &g[cur], &g[1 - cur],
                                            fold->n, &dk, plan->depth, mode,
@@ -706,8 +722,11 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
 
     cs_status st = check_args(&ctx, in, out, shape, kernel, mode, steps, path);
     int use_tc = 0, smem_optin = 0;
+    fold1d fold;
+    memset(&fold, 0, sizeof(fold));
     if (st == CS_OK) {
-        st = choose_path(&ctx, kernel, path, &use_tc, &smem_optin);
+        fold = fold1d_plan(shape, kernel);
+        st = choose_path(&ctx, kernel, &fold, path, &use_tc, &smem_optin);
     }
     if (st != CS_OK) {
         return st;
@@ -733,7 +752,7 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
     plan.depth = 1; /* the CUDA-core path: every step unfused */
     plan.remainder = steps;
     if (use_tc) {
-        st = plan_tensor_core(&ctx, &s, kernel, steps, mode, shape,
+        st = plan_tensor_core(&ctx, &s, kernel, steps, mode, shape, &fold,
                               smem_optin, &plan);
     }
     if (st == CS_OK) {
@@ -743,7 +762,6 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
             info->unfused_steps = plan.remainder;
         }
         double loop_seconds = -1.0;
-        const fold1d fold = fold1d_plan(shape, kernel);
         st = run_on_device(&ctx, &s, in, out, shape, kernel, mode, cval,
                            use_tc, &plan, &fold, &loop_seconds);
         if (info != NULL && st == CS_OK) {

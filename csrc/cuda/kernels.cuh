@@ -1,8 +1,8 @@
 /*
  * kernels.cuh -- what the .cu files of the CUDA engine share: the view of
  * a padded device grid, and the launchers of each kernel family
- * (halo.cu, fold1d.cu, cudacore.cu, tc2d.cu), which engine.cu
- * orchestrates.
+ * (halo.cu, fold1d.cu, cudacore.cu, tc2d.cu, tc1d.cu), which
+ * engine.cu orchestrates.
  *
  * Every launcher queues its work on ctx->stream, checks its
  * preconditions (CS_ERR_INVALID with a message when one fails: a bug in
@@ -128,6 +128,27 @@ cs_cuda_tc2d_smem_bytes(const cs_layout2d *layout);
  */
 cs_status
 cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_tc2d_plan *plan);
+
+/* ---- tc1d.cu ---------------------------------------------------------- */
+
+#define CS_TC1D_TILE_ROWS 16 /* output rows per block (layout tile_rows) */
+
+/*
+ * tc1d: 1D kernels of 9 to 15 points (layout payload P = 15) on a folded
+ * 1D grid, 16 groups x CS_TC1D_TILE_ROWS rows per block.  The check and
+ * the pass mirror tc2d's; the plan is a cs_tc2d_plan with ky = 1.
+ */
+cs_status
+cs_cuda_tc1d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *layout,
+                          size_t smem_optin);
+
+size_t
+cs_cuda_tc1d_smem_bytes(const cs_layout2d *layout);
+
+/* One pass: every row of out's interior from in (x-halo >= 7, filled). */
+cs_status
+cs_cuda_tc1d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_tc2d_plan *plan);
 
 #endif /* CS_CUDA_KERNELS_CUH */
