@@ -82,7 +82,7 @@ static int
 layout_geometry(int ky, int kx, int tile_groups, int tile_rows,
                 cs_layout2d *l)
 {
-    long long p = kx <= 7 ? 7 : 15;
+    long long p = kx <= 7 ? 7 : kx <= 15 ? 15 : 31;
     long long kdim = ky * p;
     long long kpad = (kdim + CS_MMA_K - 1) / CS_MMA_K * CS_MMA_K;
     long long in_rows = (long long)tile_rows + ky - 1;

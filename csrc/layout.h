@@ -5,9 +5,10 @@
  *
  * The kernel (ky rows x kx columns, odd) is embedded, centred, into a
  * kernel `payload` = P columns wide (P + 1 a multiple of 8: P = 7 for
- * kx <= 7, P = 15 for kx <= 15); its x-halo is (P - 1) / 2.  Let X be the
- * grid extended by ry = (ky-1)/2 rows and (P-1)/2 columns on each side,
- * so output (i, j) reads X[i + dy][j + t] for dy < ky, t < P.
+ * kx <= 7, P = 15 for kx <= 15, P = 31 for kx <= 31); its x-halo is
+ * (P - 1) / 2.  Let X be the grid extended by ry = (ky-1)/2 rows and
+ * (P-1)/2 columns on each side, so output (i, j) reads X[i + dy][j + t]
+ * for dy < ky, t < P.
  *
  * Column group g covers X columns g*G .. g*G + G - 1 with G = P + 1: its
  * G outputs per row.  stencil2row matrix A, row g, holds for each input
@@ -55,7 +56,7 @@ extern "C" {
 #define CS_MMA_M 16       /* column groups per MMA tile (m16n8k4) */
 #define CS_MMA_N 8        /* output columns per MMA (one 8-wide block) */
 #define CS_MMA_K 4        /* K per MMA step */
-#define CS_LAYOUT_MAX_KX 15
+#define CS_LAYOUT_MAX_KX 31
 #define CS_LAYOUT_MAX_KY 15
 
 typedef struct cs_layout2d {

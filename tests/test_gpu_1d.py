@@ -1,7 +1,7 @@
 """1D grids on the GPU: every path against the CPU engine.
 
-On tensor cores, 1D kernels fuse up to 15 points (tc1d, payload 15) and
-run on tc2d's payload of 7 below 9 points.  A 1D grid runs folded into
+On tensor cores, fused 1D kernels run on tc2d's payload of 7 up to 7
+points and on tc1d's payloads of 15 and 31 up to 31 points.  A 1D grid runs folded into
 rows of 4096 points (csrc/cuda/fold1d.cu), so
 the sizes below cover one short row, exactly one row, a partial last row
 shorter than the kernel's halo, many rows, and a size that is a multiple
@@ -24,14 +24,14 @@ SIZES_1D = (1, 2, 7, 129, 4096, 4098, 12289)
 
 def expected_depth(weights, steps, n, mode):
     """The tensor-core path's fusion depth for a 1D kernel: the most steps
-    (at most `steps`) whose composed kernel has at most 15 points; 1 for a
+    (at most `steps`) whose composed kernel has at most 31 points; 1 for a
     1-point kernel, and 1 when a band fix-up is needed (every mode but
     wrap) and the grid is shorter than the two end strips."""
     k = weights.shape[0]
     if k == 1:
         return 1
     depth = 1
-    while depth < steps and (depth + 1) * (k - 1) + 1 <= 15:
+    while depth < steps and (depth + 1) * (k - 1) + 1 <= 31:
         depth += 1
     r = (k - 1) // 2
     if mode != "wrap" and n < 2 * (2 * depth - 1) * r:
@@ -86,15 +86,20 @@ def test_random_kernels_tensor_core(k, mode, cval, rng):
                                                       mode), tc
 
 
-def test_heat1d_fuses_seven_steps(rng):
-    grid = rng.uniform(-1.0, 1.0, 50000)
-    w = cs.Stencil("heat1d").weights
-    infos = check_all_paths(grid, w, 16, "constant", 0.5,
-                            dict(preset="heat1d", seed=rng.seed),
-                            backends=("cuda-tc", "cuda"))
-    for info in infos.values():
-        assert (info["fused_depth"], info["fused_passes"],
-                info["unfused_steps"]) == (7, 2, 2), info
+@pytest.mark.parametrize("name,steps,plan", [
+    ("heat1d", 16, (15, 1, 1)), ("heat1d", 50, (15, 3, 5)),
+    ("heat1d", 9, (9, 1, 0)), ("1d5p", 16, (7, 2, 2)),
+    ("1d5p", 5, (5, 1, 0))])
+def test_presets_fuse_up_to_31_points(name, steps, plan, rng):
+    grid = rng.uniform(-1.0, 1.0, 50001)
+    w = cs.Stencil(name).weights
+    for mode, cval in (("constant", 0.5), ("wrap", 0.0), ("reflect", 0.0)):
+        infos = check_all_paths(grid, w, steps, mode, cval,
+                                dict(preset=name, mode=mode, seed=rng.seed),
+                                backends=("cuda-tc", "cuda"))
+        for info in infos.values():
+            assert (info["fused_depth"], info["fused_passes"],
+                    info["unfused_steps"]) == plan, info
 
 
 def test_out_may_alias_the_grid(rng):

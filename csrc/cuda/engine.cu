@@ -9,12 +9,12 @@
  * downloaded once.  Every exit frees everything.
  *
  * Step loop, tensor-core path (planar kernels up to 7 x 7, 1D kernels up
- * to 15 points, on sm_90):
- *   cs_fusion_plan_make with max side {1, 7, 7} ({1, 1, 15} for 1D)
+ * to 31 points, on sm_90):
+ *   cs_fusion_plan_make with max side {1, 7, 7} ({1, 1, 31} for 1D)
  *   fuses `depth` steps into one pass of the composed kernel; each pass
  *   refreshes the input's halo (constant mode: once per buffer, nothing
  *   else writes it), runs tc2d (tc1d for a composed 1D kernel of 9 to
- *   15 points), then, unless the mode is wrap or depth is 1, recomputes the
+ *   31 points), then, unless the mode is wrap or depth is 1, recomputes the
  *   band of width (depth-1)*r along each edge step by step on CUDA cores;
  *   `remainder` unfused steps follow on CUDA cores.
  * CUDA-core path: every step is halo refresh + one direct stencil step.
@@ -376,14 +376,14 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
         return cs_cuda_fail(ctx, e, "cudaDeviceGetAttribute");
     }
     /* tc2d: planar kernels up to 7 x 7; folded 1D grids add tc1d, up
-       to 15 points */
+       to 31 points */
     const int tc_fits = kernel->size[0] == 1 && kernel->size[1] <= 7
-                        && kernel->size[2] <= (fold->active ? 15 : 7);
+                        && kernel->size[2] <= (fold->active ? 31 : 7);
     const int tc_hw = major >= 9; /* FP64 m16n8k4 MMA: sm_90 */
     if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits
         && kernel->ndim == 1) {
         cs_cuda_message(ctx,
-                        "the tensor-core path runs 1D kernels up to 15 "
+                        "the tensor-core path runs 1D kernels up to 31 "
                         "points; this one has %td (use the CUDA-core path)",
                         kernel->size[2]);
         return CS_ERR_UNSUPPORTED;
@@ -431,8 +431,8 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
                  long steps, cs_mode mode, const ptrdiff_t shape[3],
                  const fold1d *fold, int smem_optin, cs_fusion_plan *plan)
 {
-    /* a folded 1D grid fuses up to 15 points (tc1d), the rest 7 x 7 */
-    ptrdiff_t max_side[3] = {1, 7, fold->active ? 15 : 7};
+    /* a folded 1D grid fuses up to 31 points (tc1d), the rest 7 x 7 */
+    ptrdiff_t max_side[3] = {1, 7, fold->active ? 31 : 7};
     const int cap = max_depth_override();
     for (int a = 0; a < 3 && cap > 0; a++) {
         /* the composed side after `cap` steps */
@@ -444,13 +444,15 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
     if (st == CS_OK) {
         st = cs_kernel_compose(kernel, plan->depth, &s->composed);
     }
-    /* composed kernels past 7 columns (1D only) take tc1d's P = 15 */
+    /* composed kernels past 7 columns (1D only) take tc1d's P = 15, 31 */
     const int wide = s->composed.weights != NULL && s->composed.size[2] > 7;
     if (st == CS_OK) {
         s->layout_built = 1;
         st = cs_layout2d_build(s->composed.weights, (int)s->composed.size[1],
                                (int)s->composed.size[2], CS_TC2D_GROUPS,
-                               wide ? CS_TC1D_TILE_ROWS : CS_TC2D_TILE_ROWS,
+                               wide ? cs_cuda_tc1d_tile_rows(
+                                          (int)s->composed.size[2])
+                                    : CS_TC2D_TILE_ROWS,
                                &s->layout);
     }
     if (st != CS_OK) {
@@ -512,7 +514,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     if (use_tc) {
         /* the fused kernel's reach in y, and the 3 columns of X */
         halo[1] = (s->composed.size[1] - 1) / 2;
-        halo[2] = s->layout.halo_x; /* (P - 1) / 2: 3, or 7 for tc1d */
+        halo[2] = s->layout.halo_x; /* (P - 1) / 2: 3, or 7, 15 for tc1d */
     }
     ny_strip[1] = 2 * plan->strip[1];
     nx_strip[2] = 2 * plan->strip[2];
@@ -605,6 +607,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     memset(&tc, 0, sizeof(tc));
     if (use_tc) {
         tc.ky = (int)s->composed.size[1];
+        tc.payload = s->layout.payload;
         tc.ld = s->layout.ld;
         tc.matrix_size = s->layout.matrix_size;
         tc.lut = (const int *)(arena + off_lut);
@@ -641,7 +644,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
     for (long pass = 0; pass < plan->passes; pass++) {
         CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
-        if (s->layout.payload == 15) {
+        if (tc.payload > 7) {
             CS_TRY(cs_cuda_tc1d_pass(ctx, &g[cur], &g[1 - cur], &tc));
         } else {
             CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], &tc));

@@ -99,6 +99,7 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
 /* A checked stencil2row layout, its tables copied to the device. */
 typedef struct cs_tc2d_plan {
     int ky;              /* rows of the (composed) kernel: 1, 3, 5 or 7 */
+    int payload;         /* P: 7 (tc2d), 15 or 31 (tc1d) */
     int ld;              /* row stride of the shared matrices */
     int matrix_size;     /* doubles per shared matrix, dump area included */
     const int *lut;      /* device, 4 * in_cols ints, 16-byte aligned */
@@ -132,13 +133,15 @@ cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
 
 /* ---- tc1d.cu ---------------------------------------------------------- */
 
-#define CS_TC1D_TILE_ROWS 16 /* output rows per block (layout tile_rows) */
-
 /*
- * tc1d: 1D kernels of 9 to 15 points (layout payload P = 15) on a folded
- * 1D grid, 16 groups x CS_TC1D_TILE_ROWS rows per block.  The check and
- * the pass mirror tc2d's; the plan is a cs_tc2d_plan with ky = 1.
+ * tc1d: 1D kernels of 9 to 31 points (layout payload P = 15 or 31) on a
+ * folded 1D grid, 16 groups x cs_cuda_tc1d_tile_rows(kx) rows per block.
+ * The check and the pass mirror tc2d's; the plan is a cs_tc2d_plan with
+ * ky = 1 and its payload.
  */
+int
+cs_cuda_tc1d_tile_rows(int kx);
+
 cs_status
 cs_cuda_tc1d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *layout,
                           size_t smem_optin);
@@ -146,7 +149,7 @@ cs_cuda_tc1d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *layout,
 size_t
 cs_cuda_tc1d_smem_bytes(const cs_layout2d *layout);
 
-/* One pass: every row of out's interior from in (x-halo >= 7, filled). */
+/* One pass: every row of out's interior from in (x-halo >= (P-1)/2). */
 cs_status
 cs_cuda_tc1d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_tc2d_plan *plan);

@@ -231,19 +231,21 @@ int main(int argc, char **argv) {
         run_case(p1d5, 1, 1, 4097, mode, 0.25, 3, TC, false, "tensor-core", 3);
         run_case(k1d7, 1, 1, 12289, mode, 2.0, 2, TC, false, "tensor-core", 2);
         run_case(heat1d, 1, 1, 4096, mode, 1.0, 5, AUTO, false, "tensor-core", 5);
-        run_case(k1d9, 1, 1, 5000, mode, 1.0, 3, TC, false, "tensor-core", 1);
+        run_case(k1d9, 1, 1, 5000, mode, 1.0, 3, TC, false, "tensor-core", 3);
+        run_case(p1d5, 1, 1, 9001, mode, -0.5, 16, TC, false, "tensor-core", 7);
     }
     run_case(heat1d, 1, 1, 1, CS_MODE_WRAP, 0.0, 5, TC, false, "tensor-core", 5);
     run_case(heat1d, 1, 1, 1, CS_MODE_CONSTANT, 0.5, 5, TC, false, "tensor-core", 1);
     run_case(heat1d, 1, 1, 7, CS_MODE_REFLECT, 0.0, 4, TC);
     run_case(heat1d, 1, 1, 10, CS_MODE_CONSTANT, 0.5, 3, TC, false, "tensor-core", 3);  // exactly 2*strip
-    run_case(heat1d, 1, 1, 8193, CS_MODE_CONSTANT, -0.5, 50, TC, false, "tensor-core", 7);
+    run_case(heat1d, 1, 1, 8193, CS_MODE_CONSTANT, -0.5, 50, TC, false, "tensor-core", 15);
     run_case(heat1d, 1, 1, 8193, CS_MODE_WRAP, 0.0, 6, TC, true, "tensor-core", 6);    // in == out
     run_case(k1d1, 1, 1, 5000, CS_MODE_CONSTANT, 0.5, 3, TC, false, "tensor-core");
     run_case(p1d5, 1, 1, 129, CS_MODE_WRAP, 0.0, 3, AUTO, false, "tensor-core", 3);
-    run_case(k1d9, 1, 1, 4099, CS_MODE_CONSTANT, 0.5, 2, AUTO, false, "tensor-core", 1);
-    run_case(k1d9, 1, 1, 300, CS_MODE_REFLECT, 0.0, 2, TC, false, "tensor-core", 1);
-    run_case(heat1d, 1, 1, 100, CS_MODE_MIRROR, 0.0, 8, TC, false, "tensor-core", 7);
+    run_case(k1d9, 1, 1, 4099, CS_MODE_CONSTANT, 0.5, 2, AUTO, false, "tensor-core", 2);
+    run_case(k1d9, 1, 1, 300, CS_MODE_REFLECT, 0.0, 2, TC, false, "tensor-core", 2);
+    run_case(heat1d, 1, 1, 100, CS_MODE_MIRROR, 0.0, 8, TC, false, "tensor-core", 8);
+    run_case(heat1d, 1, 1, 20000, CS_MODE_NEAREST, 0.0, 20, TC, false, "tensor-core", 15);
     run_case(k1d801, 1, 1, 300, CS_MODE_WRAP, 0.0, 2, CC);      // radius > row
     run_case(k1d801, 1, 1, 300, CS_MODE_CONSTANT, 1.0, 1, CC);
     setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "2", 1);
