@@ -138,9 +138,10 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
     `backend` is "auto" (the GPU when usable, else the CPU), "cpu",
     "cpu-tc" (the tensor-core algorithm emulated on the CPU), "cuda" (the
     GPU, tensor cores where they pay), "cuda-tc" or "cuda-core" (the GPU
-    on one path: tensor cores, 2D kernels up to 7x7 only; CUDA cores).  The result is a new float64 C-contiguous array,
-    or `out` (float64, C-contiguous, the grid's shape; it may be the grid
-    itself).  The input is never modified unless it is `out`.
+    on one path: tensor cores, kernels up to 7 per axis (1D: 15
+    points) only; CUDA cores).  The result is a new float64 C-contiguous
+    array, or `out` (float64, C-contiguous, the grid's shape; it may be
+    the grid itself).  The input is never modified unless it is `out`.
     """
     w = _resolve_weights(stencil, weights)
     steps = _resolve_steps(steps)

@@ -39,8 +39,9 @@ def backends():
 
     "cpu" is the direct C engine, "cpu-tc" the CPU emulation of the
     tensor-core algorithm (for verification, not speed), "cuda" the GPU
-    engine on the path it picks (tensor cores for 2D kernels up to 7x7,
-    CUDA cores otherwise); "cuda-tc" and "cuda-core" force one path.
+    engine on the path it picks (tensor cores for 1D kernels, and 2D and
+    3D kernels up to 7 per axis; CUDA cores otherwise); "cuda-tc" and "cuda-core" force
+    one path.
     """
     status = cuda_status()
     result = {"cpu": "available", "cpu-tc": "available"}

@@ -10,9 +10,14 @@
  *     ky-block of P rows per kernel row, zero rows up to kpad;
  *   - the shared-memory geometry of one stencil2row matrix: tile_groups
  *     rows of stride ld (the smallest ld >= P*(tile_rows-1) + kpad with
- *     ld % 16 == 4), then a dump area;
+ *     ld % 16 == 7), then a dump area;
  *   - the lookup table: per input tile column y, the offset and row
  *     stride of that column in A and in B.
+ *
+ * The weight matrices depend on the weights, the rest on the extents
+ * only: cs_layout2d_weights fills WA / WB of other ky x kx weights for an
+ * existing layout (the z-planes of a 3D kernel share one layout and
+ * lookup table, each with its own pair of weight matrices).
  *
  * Which columns are dirty.  Input tile column y belongs to matrix A when
  * y % G < P and y / G < tile_groups (then it sits at row y / G, position
@@ -124,11 +129,13 @@ layout_geometry(int ky, int kx, int tile_groups, int tile_rows,
 /*
  * WA[P*dy + t][c] = E[dy][t - c] for t >= c and
  * WB[P*dy + t][c] = E[dy][t + P - c] for t < c, with E the kernel
- * embedded centred into P columns (zero outside it).  Rows from kdim to
- * kpad stay zero (calloc).
+ * embedded centred into P columns (zero outside it), into the kpad x G
+ * matrices weight_a / weight_b.  Rows from kdim to kpad are not written:
+ * the caller zeroes them.
  */
 static void
-fill_weights(const double *w, cs_layout2d *l)
+fill_weights(const cs_layout2d *l, const double *w, double *weight_a,
+             double *weight_b)
 {
     int p = l->payload;
     int g = l->group;
@@ -136,8 +143,8 @@ fill_weights(const double *w, cs_layout2d *l)
 
     for (int dy = 0; dy < l->ky; dy++) {
         for (int t = 0; t < p; t++) {
-            double *wa = l->weight_a + (size_t)(p * dy + t) * g;
-            double *wb = l->weight_b + (size_t)(p * dy + t) * g;
+            double *wa = weight_a + (size_t)(p * dy + t) * g;
+            double *wb = weight_b + (size_t)(p * dy + t) * g;
             for (int c = 0; c < g; c++) {
                 int u = t >= c ? t - c : t + p - c;
                 int col = u - shift;
@@ -316,12 +323,27 @@ cs_layout2d_build(const double *w, int ky, int kx, int tile_groups,
         cs_layout2d_free(out);
         return CS_ERR_NOMEM;
     }
-    fill_weights(w, out);
+    fill_weights(out, w, out->weight_a, out->weight_b);
     cs_status st = fill_lut(out);
     if (st != CS_OK) {
         cs_layout2d_free(out);
     }
     return st;
+}
+
+cs_status
+cs_layout2d_weights(const cs_layout2d *layout, const double *w,
+                    double *weight_a, double *weight_b)
+{
+    if (layout == NULL || w == NULL || weight_a == NULL || weight_b == NULL
+        || layout->kpad < layout->kdim || layout->group < 1) {
+        return CS_ERR_INVALID;
+    }
+    size_t wcount = (size_t)layout->kpad * (size_t)layout->group;
+    memset(weight_a, 0, wcount * sizeof(double));
+    memset(weight_b, 0, wcount * sizeof(double));
+    fill_weights(layout, w, weight_a, weight_b);
+    return CS_OK;
 }
 
 void

@@ -92,6 +92,18 @@ cs_status
 cs_layout2d_build(const double *w, int ky, int kx, int tile_groups,
                   int tile_rows, cs_layout2d *out);
 
+/*
+ * Fill weight_a / weight_b (kpad x group doubles each, row-major, as
+ * above) from other weights `w` of the layout's extents (ky x kx, C
+ * order), leaving the layout unchanged: a 3D kernel is a sum of 2D
+ * kernels over its z-planes, which share one layout and lookup table and
+ * differ only in their weight matrices.  Every entry is written (the
+ * rows past kdim with zeros).
+ */
+cs_status
+cs_layout2d_weights(const cs_layout2d *layout, const double *w,
+                    double *weight_a, double *weight_b);
+
 void
 cs_layout2d_free(cs_layout2d *layout);
 

@@ -5,12 +5,14 @@
     compute-sanitizer --tool racecheck --error-exitcode 1 \\
         python tests/gpu_sanitize_cases.py
 
-Covers the tensor-core kernel for every kernel height it is built for
-(ky = 1, 3, 5, 7), on grids that are and are not multiples of its tile
-(so partial tiles read past the grid's edge), fused passes with the band
-fix-up, the CUDA-core step in 1D/2D/3D, the halo fill of every
+Covers the tensor-core kernels (tc2d, tc1d, and tc3d with dense, point
+and zero planes) for every kernel height they are built for (ky = 1, 3,
+5, 7), on grids that are and are not multiples of their tile (so partial
+tiles read past the grid's edge), fused passes with the band fix-up
+(along z too), the CUDA-core step in 1D/2D/3D, the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
-end fix-up, partial last rows).  Each result is compared with the CPU engine, so the run
+end fix-up, partial last rows, payloads 7, 15 and 31).  Each result is
+compared with the CPU engine, so the run
 also fails (exit status 1) on a wrong answer.
 """
 import sys
@@ -62,8 +64,31 @@ def main():
         for n in (100, 8194):
             grid = rng.standard_normal(n)
             for mode in MODES:
-                ok &= check(grid, w, 4, mode, "cuda-tc")
+                for steps in (2, 4, 16):  # payloads 7, 15 and 31
+                    ok &= check(grid, w, steps, mode, "cuda-tc")
                 ok &= check(grid, w, 2, mode, "cuda-core")
+    # 3D on tensor cores: every template height, kz 3..7, full and partial
+    # tiles, a kernel with point and zero planes, and fused passes with
+    # the band along z
+    for kshape in ((3, 1, 5), (5, 3, 3), (3, 5, 7), (7, 7, 7)):
+        w = rng.uniform(0.1, 1.0, kshape)
+        w /= w.sum()
+        for shape in ((3, 32, 128), (4, 45, 139)):
+            grid = rng.standard_normal(shape)
+            for mode in ("constant", "wrap", "reflect"):
+                ok &= check(grid, w, 1, mode, "cuda-tc")
+    planes = np.zeros((5, 3, 3))
+    planes[0, 0, 2] = 0.2          # point plane
+    planes[2] = 0.05               # dense plane; planes 1 and 3 are zero
+    planes[4, 1, 1] = 0.35         # point plane
+    for mode in MODES:
+        ok &= check(rng.standard_normal((6, 40, 130)), planes, 1, mode,
+                    "cuda-tc")
+    for name in ("heat3d", "box3d27p"):
+        w = cs.Stencil(name).weights
+        grid = rng.standard_normal((12, 40, 140))
+        for mode in MODES:
+            ok &= check(grid, w, 4, mode, "cuda-tc")
     # CUDA cores in every dimension, and a kernel past 7x7
     cases = [(rng.standard_normal(1000), cs.Stencil("1d5p").weights),
              (rng.standard_normal((45, 139)), cs.Stencil("box2d49p").weights),

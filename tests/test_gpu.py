@@ -7,7 +7,9 @@ the large grids (1023x1025, 4099x4097) and 50 steps.
 
 Device memory is filled with NaN when allocated (CONVSTENCIL_CUDA_POISON)
 and every `out` array is NaN before the run, so an element no kernel
-wrote fails the comparison instead of passing by luck.
+wrote fails the comparison instead of passing by luck.  The fusion cap
+CONVSTENCIL_CUDA_MAX_DEPTH is removed from the environment unless a test
+sets it.
 """
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from conftest import assert_close, gpu, random_weights
 pytestmark = gpu
 
 PRESETS_2D = ("heat2d", "box2d9p", "star2d13p", "box2d49p")
+PRESETS_3D = ("heat3d", "box3d27p")
 GPU_BACKENDS = ("cuda", "cuda-tc", "cuda-core")
 # (mode, cval): Dirichlet with a zero and a non-zero value, periodic, and
 # the Neumann-like modes
@@ -29,9 +32,16 @@ MODE_IDS = ["constant", "constant-cval", "wrap", "nearest", "reflect",
 STEPS = (1, 2, 3, 4, 5, 7, 50)
 
 
+# 3D: Dirichlet with a non-zero value, and periodic
+MODES_3D = [("constant", 1.5), ("wrap", 0.0)]
+MODE_IDS_3D = ["constant-cval", "wrap"]
+SHAPES_3D = [(1, 1, 1), (5, 7, 9), (129, 65, 257)]
+
+
 @pytest.fixture(autouse=True)
 def poison_device_memory(monkeypatch):
     monkeypatch.setenv("CONVSTENCIL_CUDA_POISON", "1")
+    monkeypatch.delenv("CONVSTENCIL_CUDA_MAX_DEPTH", raising=False)
 
 
 def run_poisoned(grid, backend, **kwargs):
@@ -60,17 +70,19 @@ def check_all_paths(grid, weights, steps, mode, cval, ctx, backends=None):
     return infos
 
 
-def expected_depth(weights, steps, shape, mode):
+def expected_depth(weights, steps, shape, mode, max_depth=None):
     """The fusion depth the tensor-core path should choose: the most steps
-    (at most `steps`) whose composed kernel stays within 7x7; 1 for a
-    1x1 kernel, and 1 when a band fix-up is needed (every mode but wrap)
-    and the grid is narrower than the two edge strips of that depth."""
+    (at most `steps`, and at most `max_depth` when given) whose composed
+    kernel stays within 7 per axis; 1 for a 1x1 kernel, and 1 when a band
+    fix-up is needed (every mode but wrap) and the grid is narrower than
+    the two edge strips of that depth."""
     sides = weights.shape
     if max(sides) == 1:
         return 1
     depth = 1
     while depth < steps and all((depth + 1) * (s - 1) + 1 <= 7
-                                for s in sides):
+                                for s in sides) \
+            and (max_depth is None or depth < max_depth):
         depth += 1
     if mode != "wrap":
         for s, n in zip(sides, shape):
@@ -171,21 +183,150 @@ def test_large_kernels_run_on_cuda_cores(kshape, mode, cval, rng):
         cs.apply(np.zeros((16, 16)), weights=w, backend="cuda-tc")
 
 
-def test_tensor_core_path_refuses_3d_and_says_why():
-    with pytest.raises(ValueError, match=r"(?i)tensor-core"):
-        cs.apply(np.zeros((4, 5, 6)), "heat3d", backend="cuda-tc")
+def test_tensor_core_path_refuses_kernels_past_7_and_says_why():
+    for kshape in [(9, 3, 3), (3, 9, 3), (3, 3, 9), (1, 1, 9)]:
+        w = np.full(kshape, 1.0 / np.prod(kshape))
+        grid = np.zeros((12, 13, 14))
+        with pytest.raises(ValueError, match=r"(?i)tensor-core") as info:
+            cs.apply(grid, weights=w, backend="cuda-tc")
+        message = str(info.value)
+        assert "7 per axis" in message, message
+        assert "%d x %d x %d" % kshape in message, message
+        # the other GPU backends run it on CUDA cores
+        out = cs.apply(grid, weights=w, backend="cuda")
+        assert cs.last_run_info()["path"] == "cuda-core"
+        np.testing.assert_array_equal(out, grid)
+
+
+# ---------------------------------------------------------------------------
+# 3D on tensor cores: a sum of 2D stencil2row tiles over the z-planes
+
+@pytest.mark.parametrize("mode,cval", MODES_3D, ids=MODE_IDS_3D)
+@pytest.mark.parametrize("shape", SHAPES_3D,
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", PRESETS_3D)
+def test_presets_3d_every_path(name, shape, mode, cval, rng):
+    w = cs.Stencil(name).weights
+    grid = rng.uniform(-1.0, 1.0, shape)
+    for steps in STEPS:
+        infos = check_all_paths(grid, w, steps, mode, cval,
+                                dict(preset=name, shape=shape, mode=mode,
+                                     cval=cval, steps=steps, seed=rng.seed))
+        assert infos["cuda-tc"]["path"] == "tensor-core"
+        assert infos["cuda"]["path"] == "tensor-core"
+        assert infos["cuda-core"]["path"] == "cuda-core"
+        tc = infos["cuda-tc"]
+        assert tc["fused_depth"] == expected_depth(w, steps, shape, mode), tc
+        assert tc["fused_depth"] * tc["fused_passes"] \
+            + tc["unfused_steps"] == steps, tc
+
+
+# every odd side 1..7 on some axis, cubes and flat, thin and long boxes
+KERNEL_SHAPES_3D = [(1, 1, 1), (3, 3, 3), (3, 5, 7), (7, 7, 7), (5, 1, 3),
+                    (7, 3, 1), (1, 5, 5), (3, 1, 1), (5, 5, 5), (7, 1, 7)]
+
+
+@pytest.mark.parametrize("mode,cval", MODES_3D, ids=MODE_IDS_3D)
+@pytest.mark.parametrize("kshape", KERNEL_SHAPES_3D,
+                         ids=lambda s: "%dx%dx%d" % s)
+def test_random_kernels_3d_tensor_core(kshape, mode, cval, rng):
+    w = random_weights(rng, 3, 0, shape=kshape)
+    for shape in SHAPES_3D:
+        grid = rng.standard_normal(shape)
+        # 1..5 cover depths 1..3 with remainders; a long run on the
+        # smaller grids (the CPU reference of a 7x7x7 kernel on the large
+        # grid for 50 steps would take minutes)
+        steps_list = [1, 2, 3, 5]
+        if np.prod(shape) < 1000:
+            steps_list.append(int(rng.integers(6, 51)))
+        for steps in steps_list:
+            infos = check_all_paths(grid, w, steps, mode, cval,
+                                    dict(kernel=kshape, shape=shape,
+                                         mode=mode, cval=cval, steps=steps,
+                                         seed=rng.seed))
+            tc = infos["cuda-tc"]
+            assert tc["path"] == "tensor-core", tc
+            assert infos["cuda"]["path"] == "tensor-core", infos["cuda"]
+            assert tc["fused_depth"] == expected_depth(w, steps, shape,
+                                                      mode), tc
+
+
+def planes_kernel(rng, kind, ky, kx):
+    """A 3D kernel whose z-plane dz is dense ("d": random signed), a
+    point ("p": one weight, off the centre) or zero ("0"), as kind[dz]
+    says; sum(|w|) == 1."""
+    w = np.zeros((len(kind), ky, kx))
+    for dz, c in enumerate(kind):
+        if c == "d":
+            w[dz] = rng.uniform(0.1, 1.0, (ky, kx))
+            w[dz][rng.random((ky, kx)) < 0.2] *= -0.5
+        elif c == "p":
+            w[dz, int(rng.integers(ky)), int(rng.integers(kx))] = \
+                rng.uniform(0.5, 1.0)
+    return w / np.abs(w).sum()
+
+
+@pytest.mark.parametrize("mode,cval", MODES_3D, ids=MODE_IDS_3D)
+@pytest.mark.parametrize("kind,ky,kx", [("pd0", 3, 3), ("p0d0p", 5, 7),
+                                        ("ppp", 3, 3), ("0d0", 7, 5),
+                                        ("d0p0d0d", 3, 3), ("0p0", 5, 5)],
+                         ids=lambda v: str(v))
+def test_point_and_zero_planes(kind, ky, kx, mode, cval, rng):
+    """Point planes (CUDA cores inside the tensor-core kernel) and zero
+    planes (skipped), unfused and under fusion (which fills them in)."""
+    w = planes_kernel(rng, kind, ky, kx)
+    for shape in [(5, 7, 9), (40, 33, 130)]:
+        grid = rng.standard_normal(shape)
+        for steps in (1, 2, 3, 7):
+            check_all_paths(grid, w, steps, mode, cval,
+                            dict(kernel=kind, ky=ky, kx=kx, shape=shape,
+                                 mode=mode, cval=cval, steps=steps,
+                                 seed=rng.seed),
+                            backends=("cuda-tc",))
+
+
+@pytest.mark.parametrize("max_depth", [1, 2, 3])
+def test_max_depth_caps_3d_fusion(max_depth, monkeypatch, rng):
+    monkeypatch.setenv("CONVSTENCIL_CUDA_MAX_DEPTH", str(max_depth))
+    grid = rng.standard_normal((40, 50, 140))
+    for name in PRESETS_3D:
+        w = cs.Stencil(name).weights
+        for mode, cval in MODES_3D:
+            infos = check_all_paths(grid, w, 7, mode, cval,
+                                    dict(preset=name, mode=mode,
+                                         max_depth=max_depth,
+                                         seed=rng.seed),
+                                    backends=("cuda-tc",))
+            tc = infos["cuda-tc"]
+            assert tc["fused_depth"] == expected_depth(
+                w, 7, grid.shape, mode, max_depth), tc
+    # 2D kernels are not capped
+    infos = check_all_paths(grid[0], cs.Stencil("heat2d").weights, 7,
+                            "wrap", 0.0, dict(seed=rng.seed),
+                            backends=("cuda-tc",))
+    assert infos["cuda-tc"]["fused_depth"] == 3
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "2.5"])
+def test_max_depth_must_be_a_positive_integer(value, monkeypatch):
+    monkeypatch.setenv("CONVSTENCIL_CUDA_MAX_DEPTH", value)
+    with pytest.raises(ValueError, match=r"CONVSTENCIL_CUDA_MAX_DEPTH"):
+        cs.apply(np.zeros((12, 12, 12)), "heat3d", steps=3,
+                 backend="cuda-tc")
 
 
 # ---------------------------------------------------------------------------
 # values: non-finite input stays local on CUDA cores; aliasing; cval
 
-def test_out_may_alias_the_grid(rng):
-    grid = rng.standard_normal((300, 301))
-    want = cs.apply(grid, "box2d49p", steps=4, backend="cpu")
+@pytest.mark.parametrize("shape,name", [((300, 301), "box2d49p"),
+                                        ((30, 40, 150), "heat3d")],
+                         ids=["2d", "3d"])
+def test_out_may_alias_the_grid(shape, name, rng):
+    grid = rng.standard_normal(shape)
+    want = cs.apply(grid, name, steps=4, backend="cpu")
     for backend in GPU_BACKENDS:
         work = grid.copy()
-        result = cs.apply(work, "box2d49p", steps=4, backend=backend,
-                          out=work)
+        result = cs.apply(work, name, steps=4, backend=backend, out=work)
         assert result is work
         assert_close(work, want, dict(backend=backend, seed=rng.seed))
 

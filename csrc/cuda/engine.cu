@@ -8,16 +8,20 @@
  * the whole step loop runs on one stream, and the result is repacked and
  * downloaded once.  Every exit frees everything.
  *
- * Step loop, tensor-core path (planar kernels up to 7 x 7, 1D kernels up
+ * Step loop, tensor-core path (kernels up to 7 per axis, 1D kernels up
  * to 31 points, on sm_90):
- *   cs_fusion_plan_make with max side {1, 7, 7} ({1, 1, 31} for 1D)
- *   fuses `depth` steps into one pass of the composed kernel; each pass
- *   refreshes the input's halo (constant mode: once per buffer, nothing
- *   else writes it), runs tc2d (tc1d for a composed 1D kernel of 9 to
- *   31 points), then, unless the mode is wrap or depth is 1, recomputes the
- *   band of width (depth-1)*r along each edge step by step on CUDA cores;
+ *   cs_fusion_plan_make with max side {7, 7, 7} ({1, 1, 31} for 1D)
+ *   fuses `depth` steps into one pass of the composed kernel (at most
+ *   CONVSTENCIL_CUDA_MAX_DEPTH steps, when that is set: see
+ *   fusion_max_side); each pass refreshes the input's halo (constant
+ *   mode: once per buffer, nothing else writes it), runs tc2d (a planar
+ *   composed kernel, on every plane), tc1d (a 1D one of 9 to 31 points)
+ *   or tc3d (several z-planes), then, unless the mode is wrap or depth
+ *   is 1, recomputes the band of width (depth-1)*r along each edge of
+ *   each axis step by step on CUDA cores;
  *   `remainder` unfused steps follow on CUDA cores.
  * CUDA-core path: every step is halo refresh + one direct stencil step.
+ * Which path CS_CUDA_PATH_AUTO takes is auto_uses_tensor_cores.
  *
  * 1D grids with 1D kernels run folded into rows of FOLD_WIDTH points
  * (fold1d.cu), so that the 2D kernels get whole tiles of rows: the
@@ -35,12 +39,14 @@
  * cval); the seam between the strips is artificial and corrupts only
  * rows within depth*r of it, and the outer band = (depth-1)*r rows of
  * each strip, which are copied into the pass's output, stay exact.  The
- * strips span the other axes whole, so corners are exact too.
+ * strips span the other axes whole, so corners are exact too.  Along z
+ * (3D kernels) the strips are stacks of whole planes, the same way.
  */
 #include "cuda_engine.h"
 #include "kernels.cuh"
 #include "../layout.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -274,8 +280,14 @@ fix_band(cs_cuda_ctx *ctx, band_job *job, int a, const cs_dgrid *src,
 /* What one apply owns; released by release_state on every path. */
 typedef struct apply_state {
     cs_kernel composed;    /* the fused kernel (tensor-core path) */
-    cs_layout2d layout;    /* its stencil2row layout */
+    cs_layout2d layout;    /* its stencil2row layout (one z-plane's) */
     int layout_built;
+    int use_tc3d;          /* composed has several z-planes: tc3d */
+    cs_tc3d_plan planes;   /* tc3d: which planes are dense, point, zero */
+    double *plane_w;       /* tc3d: the dense planes' WA, then their WB */
+    const double *wa_host; /* weight matrices to upload: the layout's, */
+    const double *wb_host; /* or plane_w's two halves */
+    size_t w_count;        /* doubles in each of them */
     char *arena;           /* device memory */
     cudaStream_t stream;
     cudaEvent_t loop_start, loop_stop; /* time the step loop */
@@ -300,6 +312,7 @@ release_state(apply_state *s)
     if (s->layout_built) {
         cs_layout2d_free(&s->layout);
     }
+    free(s->plane_w);
     cs_kernel_free(&s->composed);
 }
 
@@ -345,6 +358,18 @@ check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
 }
 
 /*
+ * Whether CS_CUDA_PATH_AUTO runs `kernel`, which the tensor cores can
+ * run, on them.  One place to tune from measurements: 1D and 2D kernels
+ * run faster there for every preset (benchmarks/results/h100_1d.md,
+ * h100_2d.md); 3D kernels too (h100_3d.md).
+ */
+static int
+auto_uses_tensor_cores(const cs_kernel *kernel)
+{
+    return kernel->ndim >= 1 && kernel->ndim <= 3;
+}
+
+/*
  * Is there a device, and may `path` run `kernel` on it?  Sets *use_tc and
  * *smem_optin (shared memory a block may opt into).
  */
@@ -375,10 +400,12 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
     if (e != cudaSuccess) {
         return cs_cuda_fail(ctx, e, "cudaDeviceGetAttribute");
     }
-    /* tc2d: planar kernels up to 7 x 7; folded 1D grids add tc1d, up
-       to 31 points */
-    const int tc_fits = kernel->size[0] == 1 && kernel->size[1] <= 7
-                        && kernel->size[2] <= (fold->active ? 31 : 7);
+    /* 7 rows and columns: one stencil2row tile (tc2d, tc3d); 7 planes:
+       tc3d's plane tables; a folded 1D grid: tc1d, up to 31 points */
+    const int tc_fits =
+        fold->active ? kernel->size[2] <= 31
+                     : kernel->size[0] <= CS_TC3D_MAX_KZ
+                           && kernel->size[1] <= 7 && kernel->size[2] <= 7;
     const int tc_hw = major >= 9; /* FP64 m16n8k4 MMA: sm_90 */
     if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits
         && kernel->ndim == 1) {
@@ -390,8 +417,8 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
     }
     if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits) {
         cs_cuda_message(ctx,
-                        "the tensor-core path runs planar kernels up to "
-                        "7 x 7; this one is %td x %td x %td",
+                        "the tensor-core path runs kernels up to 7 per axis "
+                        "(7 x 7 x 7); this one is %td x %td x %td",
                         kernel->size[0], kernel->size[1], kernel->size[2]);
         return CS_ERR_UNSUPPORTED;
     }
@@ -401,44 +428,96 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
                         major);
         return CS_ERR_UNSUPPORTED;
     }
-    /* AUTO: tensor cores for 1D and 2D kernels that fit (measured faster
-       than the CUDA-core path for every preset: benchmarks/results) */
     *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
               || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw
-                  && kernel->ndim <= 2);
+                  && auto_uses_tensor_cores(kernel));
     return CS_OK;
 }
 
 /*
- * CONVSTENCIL_CUDA_MAX_DEPTH=d (d >= 1) caps the fused depth, to measure
- * what fusion buys; 0 when unset or not a positive integer.
+ * The fused kernel's largest side per axis: 7 (one tile; 7 planes for
+ * tc3d), or 31 points for a folded 1D grid (tc1d).
+ * CONVSTENCIL_CUDA_MAX_DEPTH (an integer >= 1; for measuring what fusion
+ * buys) caps the fused depth: a side of cap*(k-1)+1 admits at most cap
+ * steps of a kernel of side k > 1.
  */
-static int
-max_depth_override(void)
+static cs_status
+fusion_max_side(cs_cuda_ctx *ctx, const cs_kernel *kernel,
+                const fold1d *fold, ptrdiff_t max_side[3])
 {
-    const char *v = getenv("CONVSTENCIL_CUDA_MAX_DEPTH");
-    if (v == NULL) {
-        return 0;
+    for (int a = 0; a < 3; a++) {
+        max_side[a] = fold->active ? (a == 2 ? 31 : 1) : 7;
+    }
+    const char *env = getenv("CONVSTENCIL_CUDA_MAX_DEPTH");
+    if (env == NULL || env[0] == '\0') {
+        return CS_OK;
     }
     char *end = NULL;
-    long d = strtol(v, &end, 10);
-    return (end != v && *end == '\0' && d >= 1 && d <= 64) ? (int)d : 0;
+    errno = 0;
+    const long cap = strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || cap < 1) {
+        cs_cuda_message(ctx, "CONVSTENCIL_CUDA_MAX_DEPTH must be an integer "
+                             ">= 1, not \"%s\"",
+                        env);
+        return CS_ERR_INVALID;
+    }
+    for (int a = 0; a < 3; a++) {
+        if (kernel->size[a] > 1 && cap < max_side[a]) {
+            const ptrdiff_t side = cap * (kernel->size[a] - 1) + 1;
+            max_side[a] = side < max_side[a] ? side : max_side[a];
+        }
+    }
+    return CS_OK;
 }
 
-/* Fusion plan, composed kernel and checked layout of the tensor-core path. */
+/*
+ * tc3d: classify the composed kernel's z-planes and build each dense
+ * plane's weight matrices for the shared layout (s->plane_w).
+ */
+static cs_status
+plan_planes(cs_cuda_ctx *ctx, apply_state *s)
+{
+    CS_TRY(cs_cuda_tc3d_classify(ctx, &s->composed, &s->planes));
+    const size_t count = (size_t)s->layout.kpad * (size_t)s->layout.group;
+    const size_t dense = (size_t)s->planes.dense;
+    const size_t plane = (size_t)(s->composed.size[1] * s->composed.size[2]);
+    s->w_count = dense * count;
+    if (dense == 0) {
+        return CS_OK; /* point planes only: no weight matrices */
+    }
+    s->plane_w = (double *)malloc(2 * dense * count * sizeof(double));
+    if (s->plane_w == NULL) {
+        cs_cuda_message(ctx, "tensor-core plan: out of host memory");
+        return CS_ERR_NOMEM;
+    }
+    size_t d = 0;
+    for (int dz = 0; dz < s->planes.kz; dz++) {
+        if ((s->planes.dense_mask >> dz) & 1u) {
+            cs_status st = cs_layout2d_weights(
+                &s->layout, s->composed.weights + (size_t)dz * plane,
+                s->plane_w + d * count, s->plane_w + (dense + d) * count);
+            if (st != CS_OK) {
+                cs_cuda_message(ctx, "tensor-core plan: plane weights: %s",
+                                cs_status_string(st));
+                return st;
+            }
+            d++;
+        }
+    }
+    s->wa_host = s->plane_w;
+    s->wb_host = s->plane_w + dense * count;
+    return CS_OK;
+}
+
+/* Fusion plan, composed kernel and checked layout of the tensor-core path
+   (and tc3d's planes). */
 static cs_status
 plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
                  long steps, cs_mode mode, const ptrdiff_t shape[3],
                  const fold1d *fold, int smem_optin, cs_fusion_plan *plan)
 {
-    /* a folded 1D grid fuses up to 31 points (tc1d), the rest 7 x 7 */
-    ptrdiff_t max_side[3] = {1, 7, fold->active ? 31 : 7};
-    const int cap = max_depth_override();
-    for (int a = 0; a < 3 && cap > 0; a++) {
-        /* the composed side after `cap` steps */
-        const ptrdiff_t side = cap * (kernel->size[a] - 1) + 1;
-        max_side[a] = side < max_side[a] ? side : max_side[a];
-    }
+    ptrdiff_t max_side[3];
+    CS_TRY(fusion_max_side(ctx, kernel, fold, max_side));
     cs_status st =
         cs_fusion_plan_make(kernel, steps, mode, shape, max_side, plan);
     if (st == CS_OK) {
@@ -447,6 +526,8 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
     /* composed kernels past 7 columns (1D only) take tc1d's P = 15, 31 */
     const int wide = s->composed.weights != NULL && s->composed.size[2] > 7;
     if (st == CS_OK) {
+        /* every z-plane has this layout; the first plane's weights fill
+           the layout's own matrices, which tc2d uses (one plane) */
         s->layout_built = 1;
         st = cs_layout2d_build(s->composed.weights, (int)s->composed.size[1],
                                (int)s->composed.size[2], CS_TC2D_GROUPS,
@@ -460,14 +541,21 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
                         cs_status_string(st));
         return st;
     }
-    if (plan->needs_band && plan->band[0] != 0) {
-        cs_cuda_message(ctx, "tensor-core plan: a band along z");
-        return CS_ERR_INVALID;
+    if (wide) {
+        CS_TRY(cs_cuda_tc1d_check_layout(ctx, &s->layout,
+                                         (size_t)smem_optin));
+    } else {
+        CS_TRY(cs_cuda_tc2d_check_layout(ctx, &s->layout,
+                                         (size_t)smem_optin));
     }
-    return wide ? cs_cuda_tc1d_check_layout(ctx, &s->layout,
-                                            (size_t)smem_optin)
-                : cs_cuda_tc2d_check_layout(ctx, &s->layout,
-                                            (size_t)smem_optin);
+    s->use_tc3d = s->composed.size[0] > 1;
+    if (s->use_tc3d) {
+        return plan_planes(ctx, s);
+    }
+    s->wa_host = s->layout.weight_a;
+    s->wb_host = s->layout.weight_b;
+    s->w_count = (size_t)s->layout.kpad * (size_t)s->layout.group;
+    return CS_OK;
 }
 
 static cs_status
@@ -505,37 +593,36 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
 
     /* ---- geometry: main grids, band strips (both edge strips stacked
        along their axis), parameters; one arena ---- */
-    ptrdiff_t r[3], halo[3], ny_strip[3], nx_strip[3];
+    ptrdiff_t r[3], halo[3], n_strip[3][3];
     for (int a = 0; a < 3; a++) {
         r[a] = cs_kernel_radius(kernel, a);
         halo[a] = r[a];
-        ny_strip[a] = nx_strip[a] = shape[a];
+        for (int b = 0; b < 3; b++) {
+            n_strip[a][b] = shape[b];
+        }
+        /* axis a's strip grid: both edge strips stacked along a */
+        n_strip[a][a] = 2 * plan->strip[a];
     }
     if (use_tc) {
-        /* the fused kernel's reach in y, and the 3 columns of X */
+        /* the fused kernel's reach in z and y, and the 3 columns of X */
+        halo[0] = (s->composed.size[0] - 1) / 2;
         halo[1] = (s->composed.size[1] - 1) / 2;
         halo[2] = s->layout.halo_x; /* (P - 1) / 2: 3, or 7, 15 for tc1d */
     }
-    ny_strip[1] = 2 * plan->strip[1];
-    nx_strip[2] = 2 * plan->strip[2];
     band_job jobs[3];
     memset(jobs, 0, sizeof(jobs));
-    for (int a = 1; a < 3; a++) {
+    grid_geom gmain, gstrip[3];
+    int ok = geom_make(shape, halo, &gmain);
+    for (int a = 0; a < 3; a++) {
         /* a fold replays its two ends instead (fold1d.cu) */
         jobs[a].active = use_tc && plan->needs_band && plan->band[a] > 0
                          && !fold->active;
-    }
-    grid_geom gmain, gstrip[3];
-    int ok = geom_make(shape, halo, &gmain);
-    if (jobs[1].active) {
-        ok = ok && geom_make(ny_strip, r, &gstrip[1]);
-    }
-    if (jobs[2].active) {
-        ok = ok && geom_make(nx_strip, r, &gstrip[2]);
+        if (jobs[a].active) {
+            ok = ok && geom_make(n_strip[a], r, &gstrip[a]);
+        }
     }
     const size_t kbytes = (size_t)cs_kernel_count(kernel) * sizeof(double);
-    const size_t wbytes =
-        use_tc ? (size_t)s->layout.kpad * s->layout.group * sizeof(double) : 0;
+    const size_t wbytes = use_tc ? s->w_count * sizeof(double) : 0;
     const size_t lbytes =
         use_tc ? (size_t)4 * s->layout.in_cols * sizeof(int) : 0;
     size_t top = 0, off_main[2] = {0, 0}, off_strip[3][2] = {{0}};
@@ -546,7 +633,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
          && arena_take(&top, wbytes, &off_wa)
          && arena_take(&top, wbytes, &off_wb)
          && arena_take(&top, lbytes, &off_lut);
-    for (int a = 1; a < 3; a++) {
+    for (int a = 0; a < 3; a++) {
         for (int i = 0; i < 2 && jobs[a].active; i++) {
             ok = ok && arena_take(&top, gstrip[a].bytes, &off_strip[a][i]);
         }
@@ -593,7 +680,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     char *arena = s->arena;
     cs_dgrid g[2] = {geom_view(&gmain, arena + off_main[0]),
                      geom_view(&gmain, arena + off_main[1])};
-    for (int a = 1; a < 3; a++) {
+    for (int a = 0; a < 3; a++) {
         for (int i = 0; i < 2 && jobs[a].active; i++) {
             jobs[a].buf[i] = geom_view(&gstrip[a], arena + off_strip[a][i]);
         }
@@ -603,16 +690,17 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     for (int a = 0; a < 3; a++) {
         dk.size[a] = (int)kernel->size[a];
     }
-    cs_tc2d_plan tc;
-    memset(&tc, 0, sizeof(tc));
+    cs_tc3d_plan tc3 = s->planes; /* tc3d: the planes; tc3.tile: both */
+    cs_tc2d_plan *tc = &tc3.tile;
+    memset(tc, 0, sizeof(*tc));
     if (use_tc) {
-        tc.ky = (int)s->composed.size[1];
-        tc.payload = s->layout.payload;
-        tc.ld = s->layout.ld;
-        tc.matrix_size = s->layout.matrix_size;
-        tc.lut = (const int *)(arena + off_lut);
-        tc.wa = (const double *)(arena + off_wa);
-        tc.wb = (const double *)(arena + off_wb);
+        tc->ky = (int)s->composed.size[1];
+        tc->payload = s->layout.payload;
+        tc->ld = s->layout.ld;
+        tc->matrix_size = s->layout.matrix_size;
+        tc->lut = (const int *)(arena + off_lut);
+        tc->wa = (const double *)(arena + off_wa);
+        tc->wb = (const double *)(arena + off_wb);
     }
 
     /* ---- uploads: parameters, then the grid, contiguous, into the spare
@@ -620,9 +708,9 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     CS_TRY(upload(ctx, arena + off_w, kernel->weights, kbytes,
                   "cudaMemcpyAsync (upload weights)"));
     if (use_tc) {
-        CS_TRY(upload(ctx, arena + off_wa, s->layout.weight_a, wbytes,
+        CS_TRY(upload(ctx, arena + off_wa, s->wa_host, wbytes,
                       "cudaMemcpyAsync (upload weight matrix A)"));
-        CS_TRY(upload(ctx, arena + off_wb, s->layout.weight_b, wbytes,
+        CS_TRY(upload(ctx, arena + off_wb, s->wb_host, wbytes,
                       "cudaMemcpyAsync (upload weight matrix B)"));
         CS_TRY(upload(ctx, arena + off_lut, s->layout.lut, lbytes,
                       "cudaMemcpyAsync (upload lookup table)"));
@@ -644,17 +732,19 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
     for (long pass = 0; pass < plan->passes; pass++) {
         CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
-        if (tc.payload > 7) {
-            CS_TRY(cs_cuda_tc1d_pass(ctx, &g[cur], &g[1 - cur], &tc));
+        if (s->use_tc3d) {
+            CS_TRY(cs_cuda_tc3d_pass(ctx, &g[cur], &g[1 - cur], &tc3));
+        } else if (tc->payload > 7) {
+            CS_TRY(cs_cuda_tc1d_pass(ctx, &g[cur], &g[1 - cur], tc));
         } else {
-            CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], &tc));
+            CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], tc));
         }
         if (fold->active && plan->needs_band) {
             CS_TRY(cs_cuda_fold1d_fix_ends(ctx, &g[cur], &g[1 - cur],
                                            fold->n, &dk, plan->depth, mode,
                                            cval));
         }
-        for (int a = 1; a < 3; a++) {
+        for (int a = 0; a < 3; a++) {
             if (jobs[a].active) {
                 CS_TRY(fix_band(ctx, &jobs[a], a, &g[cur], &g[1 - cur], plan,
                                 &dk, mode, cval));

@@ -1,8 +1,9 @@
 /*
  * kernels.cuh -- what the .cu files of the CUDA engine share: the view of
  * a padded device grid, and the launchers of each kernel family
- * (halo.cu, fold1d.cu, cudacore.cu, tc2d.cu, tc1d.cu), which
- * engine.cu orchestrates.
+ * (halo.cu, fold1d.cu, cudacore.cu, tc2d.cu, tc1d.cu, tc3d.cu), which
+ * engine.cu orchestrates.  (The device code tc2d.cu and tc3d.cu share
+ * is in tc_tile.cuh.)
  *
  * Every launcher queues its work on ctx->stream, checks its
  * preconditions (CS_ERR_INVALID with a message when one fails: a bug in
@@ -108,10 +109,11 @@ typedef struct cs_tc2d_plan {
 } cs_tc2d_plan;
 
 /*
- * Check that `layout` is one tc2d's kernel runs: P = 7, 16 groups by
- * CS_TC2D_TILE_ROWS rows, ld and the lookup table as layout.h says (real
- * elements where the convention puts them, dirty ones in distinct dump
- * slots), and shared memory that fits `smem_optin` bytes per block.
+ * Check that `layout` is one tc2d's and tc3d's kernels run: P = 7, 16
+ * groups by CS_TC2D_TILE_ROWS rows, ld and the lookup table as layout.h
+ * says (real elements where the convention puts them, dirty ones in
+ * distinct dump slots, every row stride P), and shared memory that fits
+ * `smem_optin` bytes per block.
  * Host only; CS_ERR_UNSUPPORTED with a message when it does not hold.
  */
 cs_status
@@ -153,5 +155,53 @@ cs_cuda_tc1d_smem_bytes(const cs_layout2d *layout);
 cs_status
 cs_cuda_tc1d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_tc2d_plan *plan);
+
+/* ---- tc3d.cu ---------------------------------------------------------- */
+
+#define CS_TC3D_MAX_KZ 7 /* planes of the (composed) kernel */
+
+/*
+ * A 3D kernel on tensor cores: out[z] = sum over the kernel's z-planes dz
+ * of W_dz applied to in[z + dz - rz].  Each plane is skipped (all zero),
+ * a "point plane" (one nonzero weight w at (dy, dx): added on CUDA cores
+ * as w * in[z + dz - rz][i + dy - ry][j + dx - rx]) or a "dense plane"
+ * (run on tensor cores).  Every dense plane uses the one stencil2row
+ * layout of the kernel's ky x kx (zeros where a plane's weights are
+ * zero), so they share the lookup table and differ in their weight
+ * matrices only.
+ */
+typedef struct cs_tc3d_plan {
+    /* the shared layout; tile.wa / tile.wb hold `dense` weight matrices
+       of kpad x 8 each, one after another, in the order of dz */
+    cs_tc2d_plan tile;
+    int kz;                 /* odd, <= CS_TC3D_MAX_KZ */
+    int dense;              /* dense planes */
+    unsigned dense_mask;    /* bit dz set: plane dz is dense */
+    int points;             /* point planes: */
+    int point_dz[CS_TC3D_MAX_KZ]; /* the plane */
+    int point_y[CS_TC3D_MAX_KZ];  /* its weight's offset from the plane's */
+    int point_x[CS_TC3D_MAX_KZ];  /* centre, -ry..ry and -rx..rx */
+    double point_w[CS_TC3D_MAX_KZ]; /* the weight */
+} cs_tc3d_plan;
+
+/*
+ * Classify the z-planes of `k` (size[0] odd and <= CS_TC3D_MAX_KZ) into
+ * plan's kz, dense, dense_mask and point fields (host only; `tile` is
+ * left alone).  CS_ERR_INVALID with a message for a kernel it cannot
+ * take.
+ */
+cs_status
+cs_cuda_tc3d_classify(cs_cuda_ctx *ctx, const cs_kernel *k,
+                      cs_tc3d_plan *plan);
+
+/*
+ * One pass of the 3D kernel of `plan`: out's interior from in (same
+ * extents n; in's halo at least rz planes, ky/2 rows and 3 columns,
+ * already filled).  The shared layout must have passed
+ * cs_cuda_tc2d_check_layout.
+ */
+cs_status
+cs_cuda_tc3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_tc3d_plan *plan);
 
 #endif /* CS_CUDA_KERNELS_CUH */

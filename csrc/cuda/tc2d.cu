@@ -49,30 +49,22 @@
  * Shared memory: two matrices of layout.matrix_size doubles (84 KB for a
  * 7 x 7 kernel), so two blocks fit an H100 SM; registers are capped at
  * 128 by __launch_bounds__(256, 2).
+ *
+ * The loader, the MMA loop and the store are inline functions in
+ * tc_tile.cuh, shared with tc3d.cu (which sums such tiles over the
+ * z-planes of a 3D kernel); the layout check below serves both.
  */
-#include "kernels.cuh"
+#include "tc_tile.cuh"
 
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#define TC_THREADS 256
-#define TC_WARPS (TC_THREADS / 32)
-#define TC_P 7                    /* kernel payload columns */
-#define TC_G 8                    /* outputs per column group */
-#define TC_TR CS_TC2D_TILE_ROWS   /* output rows per tile */
-#define TC_COLS (CS_TC2D_GROUPS * TC_G)  /* 128 output columns per tile */
-#define TC_IN_COLS (TC_COLS + TC_P - 1)  /* 134 input columns per tile */
-#define TC_ROWS_PER_WARP (TC_TR / TC_WARPS)
 #ifndef TC_QN
 #define TC_QN 4                   /* rows a warp accumulates at once */
 #endif
 
-static_assert(TC_TR % TC_WARPS == 0, "tile rows must split among warps");
-static_assert(TC_TR % 2 == 0, "the loader splits rows into two halves");
 static_assert(TC_ROWS_PER_WARP % TC_QN == 0, "row groups per warp");
-static_assert((TC_IN_COLS - TC_COLS) * (TC_TR + 6) <= TC_THREADS,
-              "one element of the extra columns per thread");
 
 /* ------------------------------------------------------------------------
  * kernel
@@ -93,53 +85,14 @@ typedef struct tc2d_params {
     const double *wb;
 } tc2d_params;
 
-/* D += A * B on one 16 x 8 x 4 FP64 tile (warp-wide). */
-static __device__ __forceinline__ void
-dmma_16x8x4(double (&d)[4], double a0, double a1, double b0)
-{
-#if defined(CS_CUDA_EMULATION)
-    /* the CPU harness that checks these kernels supplies the warp MMA */
-    cs_emu_dmma_16x8x4(d, a0, a1, b0);
-#else
-    asm volatile(
-        "mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 "
-        "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-        : "d"(a0), "d"(a1), "d"(b0));
-#endif
-}
-
-/*
- * Store outputs j, j+1 of a row (j even, row 16-byte aligned) as one
- * 16-byte store.  PTX, because the compiler splits a double2 assignment
- * here into two 8-byte stores.
- */
-static __device__ __forceinline__ void
-store_pair(double *row, ptrdiff_t j, ptrdiff_t nx, double c0, double c1)
-{
-    if (j + 1 < nx) {
-#if defined(CS_CUDA_EMULATION)
-        row[j] = c0;
-        row[j + 1] = c1;
-#else
-        asm volatile("st.global.v2.f64 [%0], {%1, %2};\n"
-                     :
-                     : "l"(row + j), "d"(c0), "d"(c1)
-                     : "memory");
-#endif
-    } else if (j < nx) {
-        row[j] = c0;
-    }
-}
-
 template <int KY>
 __global__ void __launch_bounds__(TC_THREADS, 2)
 tc2d_kernel(const tc2d_params p)
 {
     constexpr int RY = (KY - 1) / 2;
-    constexpr int IN_ROWS = TC_TR + KY - 1;
-    constexpr int HALF_ROWS = IN_ROWS / 2;
-    constexpr int KSTEPS = (TC_P * KY + 3) / 4;
+    constexpr int IN_ROWS = TC_IN_ROWS(KY);
+    constexpr int HALF_ROWS = TC_HALF_ROWS(KY);
+    constexpr int KSTEPS = TC_KSTEPS(KY);
     static_assert(IN_ROWS % 2 == 0, "odd ky and even tile rows");
 
     extern __shared__ double smem[];
@@ -160,18 +113,14 @@ tc2d_kernel(const tc2d_params p)
     const int gq = lane >> 2;
     const int kq = lane & 3;
     double fa[KSTEPS], fb[KSTEPS];
-#pragma unroll
-    for (int s = 0; s < KSTEPS; s++) {
-        fa[s] = __ldg(p.wa + (4 * s + kq) * TC_G + gq);
-        fb[s] = __ldg(p.wb + (4 * s + kq) * TC_G + gq);
-    }
+    tc_load_fragments<KSTEPS>(fa, fb, p.wa, p.wb, gq, kq);
 
     /* ---- load the input tile into sA/sB through the LUT.  Thread t owns
        tile column t % 128 for rows t / 128, +2, +4, ... (a warp reads 32
        consecutive doubles of a row), plus one element of the 6 columns
        past 128 (6 x in_rows <= 256 of them): every thread issues all its
        loads at once, then its stores. ---- */
-    constexpr int EXTRA_COLS = TC_IN_COLS - TC_COLS;
+    constexpr int EXTRA_COLS = TC_EXTRA_COLS;
     const int col = tid % TC_COLS;
     const int half = tid / TC_COLS;
     const ptrdiff_t gx = j0 - 3 + col; /* grid column of tile column col */
@@ -185,43 +134,19 @@ tc2d_kernel(const tc2d_params p)
                           ? *reinterpret_cast<const int4 *>(p.lut + 4 * ey)
                           : make_int4(0, 0, 0, 0);
     double v[HALF_ROWS];
-#pragma unroll
-    for (int r = 0; r < HALF_ROWS; r++) {
-        const bool row_ok = i0 - RY + half + 2 * r < p.lim_y;
-        v[r] = (gx < p.lim_x && row_ok) ? src[2 * r * p.in_pitch] : 0.0;
-    }
+    tc_fetch_column<KY>(v, src, i0, half, gx, p);
     double ev = 0.0;
-    if (has_extra && i0 - RY + ex < p.lim_y && j0 - 3 + ey < p.lim_x) {
-        ev = p.in[z * p.in_plane + (i0 - RY + ex) * p.in_pitch + j0 - 3 + ey];
-    }
+    tc_fetch_extra<KY>(ev, has_extra, ex, ey, i0, j0, z, p);
 
-    /* ---- row tails 7*in_rows .. ld-1 of both matrices: never loaded,
-       read by the last k-step of the last row (times zero weights) ---- */
-    for (int e = TC_P * IN_ROWS + (tid & 15); e < p.ld; e += 16) {
-        sA[(tid >> 4) * p.ld + e] = 0.0;
-        sB[(tid >> 4) * p.ld + e] = 0.0;
-    }
-
-    /* ---- the stores of the loads above ---- */
-#pragma unroll
-    for (int r = 0; r < HALF_ROWS; r++) {
-        const int x = half + 2 * r;
-        sA[lut.x + x * lut.y] = v[r];
-        sB[lut.z + x * lut.w] = v[r];
-    }
-    if (has_extra) {
-        sA[elut.x + ex * elut.y] = ev;
-        sB[elut.z + ex * elut.w] = ev;
-    }
+    /* ---- row tails of both matrices, then the stores of the loads ---- */
+    tc_zero_tails<KY>(sA, sB, tid, p);
+    tc_store_tile<KY>(sA, sB, v, half, lut, has_extra, ex, ev, elut);
     __syncthreads();
 
     /* ---- dual tessellation: rows warp + 8q of the tile, TC_QN at a time
        (independent accumulators) ---- */
-    /* MMA row m computes column group 4 (m % 4) + m / 4: the four groups
-       of one half-warp's operand rows then start on shared-memory words
-       4 apart (ld % 16 == 7), so each operand load is conflict-free */
-    const int g_lo = 4 * (gq & 3) + (gq >> 2); /* of MMA row gq */
-    const int g_hi = g_lo + 2;                 /* of MMA row gq + 8 */
+    const int g_lo = tc_group_of_row(gq); /* of MMA row gq */
+    const int g_hi = g_lo + 2;            /* of MMA row gq + 8 */
     const double *a_lo = sA + g_lo * p.ld + kq;
     const double *a_hi = sA + g_hi * p.ld + kq;
     const double *b_lo = sB + g_lo * p.ld + kq;
@@ -235,38 +160,15 @@ tc2d_kernel(const tc2d_params p)
         for (int q = 0; q < TC_QN; q++) {
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0;
         }
-#pragma unroll
-        for (int s = 0; s < KSTEPS; s++) {
-#pragma unroll
-            for (int q = 0; q < TC_QN; q++) {
-                const int off = TC_P * (warp + TC_WARPS * (q0 + q)) + 4 * s;
-                dmma_16x8x4(acc[q], a_lo[off], a_hi[off], fa[s]);
-                dmma_16x8x4(acc[q], b_lo[off], b_hi[off], fb[s]);
-            }
-        }
-        /* ---- store: C[m][c] is output (i, 8 g + c) of the tile, g the
-           group of MMA row m ---- */
-#pragma unroll
-        for (int q = 0; q < TC_QN; q++) {
-            const ptrdiff_t i = i0 + warp + TC_WARPS * (q0 + q);
-            if (i < p.ny) {
-                double *row = p.out + z * p.out_plane + i * p.out_pitch;
-                store_pair(row, j_lo, p.nx, acc[q][0], acc[q][1]);
-                store_pair(row, j_hi, p.nx, acc[q][2], acc[q][3]);
-            }
-        }
+        tc_mma_rows<KSTEPS, TC_QN>(acc, a_lo, a_hi, b_lo, b_hi, warp, q0,
+                                   fa, fb);
+        tc_store_rows<TC_QN>(acc, z, i0, warp, q0, j_lo, j_hi, p);
     }
 }
 
 /* ------------------------------------------------------------------------
  * host: layout check
  * --------------------------------------------------------------------- */
-
-static int
-tc_ksteps(int ky)
-{
-    return (TC_P * ky + 3) / 4;
-}
 
 size_t
 cs_cuda_tc2d_smem_bytes(const cs_layout2d *layout)
@@ -299,7 +201,7 @@ cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
         bad = "kernel larger than 7 x 7";
     } else if (L->payload != TC_P || L->group != TC_G || L->halo_x != 3
                || L->halo_y != (ky - 1) / 2 || L->kdim != TC_P * ky
-               || L->kpad != 4 * tc_ksteps(ky)) {
+               || L->kpad != 4 * TC_KSTEPS(ky)) {
         bad = "kernel geometry is not P = 7";
     } else if (L->tile_groups != CS_TC2D_GROUPS || L->tile_rows != TC_TR
                || L->tile_cols != TC_COLS || L->in_rows != TC_TR + ky - 1
@@ -331,6 +233,11 @@ cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
         for (int m = 0; m < 2 && bad == NULL; m++) {
             const ptrdiff_t off = L->lut[4 * y + 2 * m];
             const ptrdiff_t stride = L->lut[4 * y + 2 * m + 1];
+            if (stride != TC_P) {
+                /* tc3d's loader takes the stride as the constant P */
+                bad = "a lookup-table row stride is not 7";
+                break;
+            }
             for (int x = 0; x < L->in_rows; x++) {
                 const ptrdiff_t slot = off + x * stride;
                 const ptrdiff_t want = expected_slot(m, x, y, L->ld);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# run.sh [quick|full] -- check the CUDA engine without a GPU.
+# run.sh [quick|full|tc3d|tc3d-quick] -- check the CUDA engine without a GPU.
 #
 # Builds the real sources of csrc/cuda (and csrc/stencil.c, csrc/layout.c)
 # as CPU code against the small CUDA emulation in this folder, then runs
@@ -11,8 +11,10 @@
 #
 #   EMU_CFLAGS   extra compiler flags, e.g. "-fsanitize=address,undefined"
 #   BUILD        build folder (default: a fresh temporary one)
-# "quick" (the default) takes about two minutes on two cores; "full" about
-# ten (blocks run one at a time, their threads as OS threads).
+# "quick" (the default) takes about five minutes on two cores; "full" much
+# longer (blocks run one at a time, their threads as OS threads, and each
+# MMA is a 32-thread barrier).  "tc3d" / "tc3d-quick" run the 3D
+# tensor-core cases of full / quick alone.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../../csrc" && pwd)

@@ -5,6 +5,7 @@
  * reports, no device memory or stream left behind, and the status and
  * message of each error path.  Prints "N passed, N failed".
  */
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +77,33 @@ static Kern make_kernel(const std::string &name, int ndim, ptrdiff_t kz,
     return k;
 }
 
+// A 3D kernel of kz planes, plane dz as planes[dz] says: 'd' dense
+// (random, signed), 'p' one nonzero weight off the centre, '0' zero.
+static Kern make_planes(const std::string &name, ptrdiff_t ky, ptrdiff_t kx,
+                        const std::string &planes) {
+    const ptrdiff_t kz = (ptrdiff_t)planes.size();
+    Kern k{name, 3, {kz, ky, kx}, {}};
+    k.w.assign(kz * ky * kx, 0.0);
+    double sum = 0;
+    for (ptrdiff_t z = 0; z < kz; z++) {
+        double *w = k.w.data() + z * ky * kx;
+        if (planes[z] == 'p') {
+            // a corner (first or last weight): checks the tap's offset
+            ptrdiff_t at = (z % 2 == 0) ? 0 : ky * kx - 1;
+            w[at] = 0.2 + urand();
+            sum += w[at];
+        } else if (planes[z] == 'd') {
+            for (ptrdiff_t e = 0; e < ky * kx; e++) {
+                w[e] = 0.2 + urand();
+                if (urand() < 0.3) w[e] *= -0.5;
+                sum += w[e];
+            }
+        }
+    }
+    for (double &v : k.w) v /= sum;
+    return k;
+}
+
 static int failures = 0, passes = 0;
 static const char *mode_names[] = {"constant", "wrap", "nearest", "reflect", "mirror"};
 
@@ -99,11 +127,14 @@ static void run_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny, ptrdiff_t nx,
     char err[512] = "";
     const std::vector<double> orig = in;
     std::vector<double> io = in;
+    const auto t0 = std::chrono::steady_clock::now();
     cs_status st = alias ? cs_cuda_apply(io.data(), io.data(), n, &k, mode, cval,
                                          steps, path, &info, err, sizeof err)
                          : cs_cuda_apply(in.data(), out.data(), n, &k, mode,
                                          cval, steps, path, &info, err, sizeof err);
     if (alias) out = io;
+    const double secs = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - t0).count();
     double num = 0, den = 0;
     for (size_t i = 0; i < count; i++) {
         double d = out[i] - ref[i];
@@ -124,10 +155,10 @@ static void run_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny, ptrdiff_t nx,
                cs_emu_streams_alive(), cs_emu_events_alive());
         ok = false;
     }
-    printf("%s %-10s %3tdx%3tdx%4td %-8s steps=%-2ld path=%d -> %-11s depth=%d passes=%ld rem=%ld rel=%.2e %s%s\n",
+    printf("%s %-10s %3tdx%3tdx%4td %-8s steps=%-2ld path=%d -> %-11s depth=%d passes=%ld rem=%ld rel=%.2e %.1fs %s%s\n",
            ok ? "ok  " : "FAIL", K.name.c_str(), nz, ny, nx, mode_names[mode], steps,
            (int)path, info.path ? info.path : "?", info.fused_depth, info.fused_passes,
-           info.unfused_steps, rel, st != CS_OK ? "status " : "",
+           info.unfused_steps, rel, secs, st != CS_OK ? "status " : "",
            st != CS_OK ? err : "");
     if (!ok) {
         failures++;
@@ -166,8 +197,100 @@ static void expect_status(const char *what, const Kern &K, ptrdiff_t nz,
     cs_kernel_free(&k);
 }
 
+// Every 3D case on tensor cores (tc3d; a planar 1x1x1 kernel runs tc2d),
+// in "constant" (cval != 0) and "wrap", steps 1, 2, 3, 5 (fusion
+// remainders), with CONVSTENCIL_CUDA_MAX_DEPTH unset and = 1.
+static void tc3d_cases(bool quick) {
+    const cs_cuda_path TC = CS_CUDA_PATH_TENSOR_CORE, AUTO = CS_CUDA_PATH_AUTO;
+    const cs_mode C = CS_MODE_CONSTANT, W = CS_MODE_WRAP;
+    Kern heat3d = make_kernel("heat3d", 3, 3, 3, 3, true);
+    Kern box27 = make_kernel("box3d27p", 3, 3, 3, 3);
+    Kern r111 = make_kernel("r1x1x1", 3, 1, 1, 1);
+    Kern r333 = make_kernel("r3x3x3", 3, 3, 3, 3, false, true);
+    Kern r357 = make_kernel("r3x5x7", 3, 3, 5, 7, false, true);
+    Kern r777 = make_kernel("r7x7x7", 3, 7, 7, 7, false, true);
+    Kern r513 = make_kernel("r5x1x3", 3, 5, 1, 3, false, true);
+    Kern p3 = make_planes("pd0", 3, 3, "pd0");          // point, dense, zero
+    Kern p5 = make_planes("p0d0p", 5, 7, "p0d0p");      // zero planes between
+    Kern pp = make_planes("ppp", 3, 3, "ppp");          // no dense plane
+    Kern z3 = make_planes("0d0", 7, 7, "0d0");          // planar in effect
+
+    // quick: every template height (ky 1, 3, 5, 7), kz 3, 5 and 7, dense,
+    // point and zero planes, fused depths 1..3 with the band along z, y
+    // and x and a remainder, partial tiles in y and x, the cap
+    run_case(heat3d, 10, 12, 20, C, 0.5, 5, TC, false, "tensor-core", 3);
+    run_case(heat3d, 9, 12, 20, C, -0.75, 3, TC, false, "tensor-core", 1);
+    run_case(box27, 3, 33, 130, W, 0.0, 2, TC, false, "tensor-core", 2);
+    run_case(box27, 5, 7, 9, C, 1.5, 2, TC, false, "tensor-core", 1);
+    run_case(r111, 5, 7, 9, C, 2.0, 3, TC, false, "tensor-core", 1);
+    run_case(r111, 1, 1, 1, W, 0.0, 2, TC, false, "tensor-core", 1);
+    run_case(heat3d, 1, 1, 1, C, 0.5, 3, TC, false, "tensor-core", 1);
+    run_case(r333, 6, 9, 20, W, 0.0, 5, TC, false, "tensor-core", 3);
+    run_case(r357, 5, 7, 9, C, -1.0, 2, TC, false, "tensor-core", 1);
+    run_case(r777, 7, 9, 20, W, 0.0, 1, TC, false, "tensor-core", 1);
+    run_case(r513, 9, 8, 140, C, 0.25, 3, TC, false, "tensor-core", 1);
+    run_case(p3, 5, 7, 9, W, 0.0, 2, TC, false, "tensor-core", 2);
+    run_case(p5, 9, 8, 20, C, 0.5, 1, TC, false, "tensor-core", 1);
+    run_case(pp, 5, 7, 9, W, 0.0, 3, TC, false, "tensor-core", 3);
+    run_case(z3, 6, 7, 9, W, 0.0, 1, TC, false, "tensor-core", 1);
+    run_case(heat3d, 10, 10, 12, CS_MODE_REFLECT, 0.0, 5, AUTO, true,
+             "tensor-core", 3);                           // auto, in == out
+    setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "1", 1);
+    run_case(heat3d, 6, 9, 20, C, 0.5, 3, TC, false, "tensor-core", 1);
+    run_case(p3, 5, 7, 9, W, 0.0, 2, TC, false, "tensor-core", 1);
+    run_case(pp, 5, 7, 9, C, 1.0, 3, TC, false, "tensor-core", 1);
+    setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "2", 1);
+    run_case(heat3d, 6, 9, 20, W, 0.0, 5, TC, false, "tensor-core", 2);
+    unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
+    if (quick) return;
+    // full: both modes x steps 1, 2, 3, 5 on small grids, the sizes
+    // 3x33x130 and 9x40x257 (several tiles per plane, partial ones) once
+    // per mode, the cap at 1, and the other modes
+    const cs_mode modes[2] = {C, W};
+    for (cs_mode mode : modes) {
+        const double cval = mode == C ? 0.75 : 0.0;
+        for (long steps : {1L, 2L, 3L, 5L}) {
+            run_case(heat3d, 10, 12, 20, mode, cval, steps, TC);
+            run_case(box27, 5, 7, 9, mode, cval, steps, TC);
+            run_case(r333, 6, 9, 20, mode, cval, steps, TC);
+            run_case(p3, 10, 12, 20, mode, cval, steps, TC);
+            run_case(p5, 10, 12, 20, mode, cval, steps, TC);
+            run_case(pp, 6, 7, 9, mode, cval, steps, TC);
+        }
+        run_case(heat3d, 9, 40, 257, mode, cval, 5, TC);
+        run_case(heat3d, 12, 33, 130, mode, cval, 5, TC, false,
+                 "tensor-core", 3);
+        run_case(r777, 7, 33, 130, mode, cval, 2, TC);
+        run_case(r357, 3, 33, 130, mode, cval, 3, TC);
+        run_case(r513, 9, 40, 257, mode, cval, 2, TC);
+        run_case(box27, 3, 33, 130, mode, cval, 5, TC);
+        run_case(r111, 1, 1, 1, mode, cval, 5, TC);
+        run_case(r111, 9, 40, 257, mode, cval, 1, TC);
+        setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "1", 1);
+        for (long steps : {2L, 3L}) {
+            run_case(heat3d, 10, 12, 20, mode, cval, steps, TC, false,
+                     "tensor-core", 1);
+            run_case(r333, 5, 7, 9, mode, cval, steps, TC, false,
+                     "tensor-core", 1);
+        }
+        unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
+    }
+    for (int m = 2; m < CS_MODE_COUNT; m++) {
+        run_case(heat3d, 10, 12, 20, (cs_mode)m, 0.0, 5, TC, false,
+                 "tensor-core", 3);
+        run_case(p5, 9, 8, 20, (cs_mode)m, 0.0, 2, TC);
+    }
+}
+
 int main(int argc, char **argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    if (argc > 1 && strncmp(argv[1], "tc3d", 4) == 0) {
+        // development: the 3D tensor-core cases alone ("tc3d": the full
+        // set, "tc3d-quick": quick's)
+        tc3d_cases(strcmp(argv[1], "tc3d-quick") == 0);
+        printf("%d passed, %d failed\n", passes, failures);
+        return failures != 0;
+    }
     char msg[256];
     int c = cs_cuda_device_count(msg, sizeof msg);
     printf("device_count=%d: %s\n", c, msg);
@@ -254,11 +377,14 @@ int main(int argc, char **argv) {
     run_case(heat2d, 1, 40, 50, CS_MODE_CONSTANT, 0.5, 5, TC, false, "tensor-core", 1);
     unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
 
+    // ---- tensor-core path, 3D
+    tc3d_cases(quick);
+
     // ---- CUDA-core path
     for (int m = 0; m < CS_MODE_COUNT; m++) {
         cs_mode mode = (cs_mode)m;
         run_case(heat1d, 1, 1, 1000, mode, 0.5, 3, CC, false, "cuda-core", 1);
-        run_case(heat3d, 9, 12, 40, mode, 0.5, 2, AUTO, false, "cuda-core", 1);
+        run_case(heat3d, 9, 12, 40, mode, 0.5, 2, CC, false, "cuda-core", 1);
         if (quick) continue;
         run_case(p1d5, 1, 1, 300, mode, -1.0, 2, CC);
         run_case(box27, 6, 35, 33, mode, 0.0, 2, CC);
@@ -274,7 +400,16 @@ int main(int argc, char **argv) {
 
     // ---- errors: no leak, the right status
     expect_status("tensor-core with a 9x9 kernel", k9x9, 1, 20, 20, TC, CS_ERR_UNSUPPORTED);
-    expect_status("tensor-core with a 3D kernel", box27, 4, 20, 20, TC, CS_ERR_UNSUPPORTED);
+    Kern k9x3x3 = make_kernel("k9x3x3", 3, 9, 3, 3);
+    Kern k3x9x3 = make_kernel("k3x9x3", 3, 3, 9, 3);
+    expect_status("tensor-core with a 9x3x3 kernel", k9x3x3, 12, 20, 20, TC, CS_ERR_UNSUPPORTED);
+    expect_status("tensor-core with a 3x9x3 kernel", k3x9x3, 4, 20, 20, TC, CS_ERR_UNSUPPORTED);
+    run_case(k9x3x3, 12, 10, 20, CS_MODE_WRAP, 0.0, 2, AUTO, false, "cuda-core", 1);
+    setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "0", 1);
+    expect_status("CONVSTENCIL_CUDA_MAX_DEPTH=0", heat3d, 12, 20, 20, TC, CS_ERR_INVALID);
+    setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "2x", 1);
+    expect_status("CONVSTENCIL_CUDA_MAX_DEPTH=2x", heat3d, 12, 20, 20, AUTO, CS_ERR_INVALID);
+    unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
     setenv("EMU_MALLOC_LIMIT", "1000", 1);
     expect_status("device out of memory", heat2d, 1, 40, 40, AUTO, CS_ERR_DEVICE_NOMEM);
     unsetenv("EMU_MALLOC_LIMIT");
