@@ -286,7 +286,7 @@ def test_point_and_zero_planes(kind, ky, kx, mode, cval, rng):
 
 
 @pytest.mark.parametrize("max_depth", [1, 2, 3])
-def test_max_depth_caps_3d_fusion(max_depth, monkeypatch, rng):
+def test_max_depth_caps_fusion(max_depth, monkeypatch, rng):
     monkeypatch.setenv("CONVSTENCIL_CUDA_MAX_DEPTH", str(max_depth))
     grid = rng.standard_normal((40, 50, 140))
     for name in PRESETS_3D:
@@ -300,11 +300,11 @@ def test_max_depth_caps_3d_fusion(max_depth, monkeypatch, rng):
             tc = infos["cuda-tc"]
             assert tc["fused_depth"] == expected_depth(
                 w, 7, grid.shape, mode, max_depth), tc
-    # 2D kernels are not capped
+    # 2D kernels are capped too
     infos = check_all_paths(grid[0], cs.Stencil("heat2d").weights, 7,
                             "wrap", 0.0, dict(seed=rng.seed),
                             backends=("cuda-tc",))
-    assert infos["cuda-tc"]["fused_depth"] == 3
+    assert infos["cuda-tc"]["fused_depth"] == min(3, max_depth)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "2.5"])

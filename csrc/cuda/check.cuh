@@ -13,10 +13,10 @@
  * CONVSTENCIL_CUDA_POISON=1, device memory is filled with NaN (all bits
  * set) when allocated, so a result element no kernel wrote shows up as
  * NaN instead of as a stale value that happens to be right.  With
- * CONVSTENCIL_CUDA_MAX_DEPTH=k (an integer >= 1), a 3D kernel (several
- * z-planes) fuses at most k time steps per tensor-core pass, for
- * measuring whether temporal fusion pays in 3D (engine.cu,
- * fusion_max_side); any other value fails the call with CS_ERR_INVALID.
+ * CONVSTENCIL_CUDA_MAX_DEPTH=k (an integer >= 1), the tensor-core path
+ * fuses at most k time steps per pass, for measuring what temporal
+ * fusion buys (engine.cu, fusion_max_side); any other value fails the
+ * call with CS_ERR_INVALID.
  */
 #ifndef CS_CUDA_CHECK_CUH
 #define CS_CUDA_CHECK_CUH
