@@ -73,12 +73,15 @@ def check_all_paths(grid, weights, steps, mode, cval, ctx, backends=None):
 def expected_depth(weights, steps, shape, mode, max_depth=None):
     """The fusion depth the tensor-core path should choose: the most steps
     (at most `steps`, and at most `max_depth` when given) whose composed
-    kernel stays within 7 per axis; 1 for a 1x1 kernel, and 1 when a band
+    kernel stays within 7 per axis; 1 for a 1x1 kernel, for a 3D kernel of
+    several planes unless `max_depth` is given, and 1 when a band
     fix-up is needed (every mode but wrap) and the grid is narrower than
     the two edge strips of that depth."""
     sides = weights.shape
     if max(sides) == 1:
         return 1
+    if len(sides) == 3 and sides[0] > 1 and max_depth is None:
+        return 1  # 3D kernels are not fused unless MAX_DEPTH asks for it
     depth = 1
     while depth < steps and all((depth + 1) * (s - 1) + 1 <= 7
                                 for s in sides) \

@@ -436,10 +436,12 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
 
 /*
  * The fused kernel's largest side per axis: 7 (one tile; 7 planes for
- * tc3d), or 31 points for a folded 1D grid (tc1d).
+ * tc3d), or 31 points for a folded 1D grid (tc1d).  Kernels of several
+ * z-planes are not fused by default: on the H100 a fused 3D pass costs
+ * more than the steps it saves (benchmarks/results/h100_3d_depth.md).
  * CONVSTENCIL_CUDA_MAX_DEPTH (an integer >= 1; for measuring what fusion
- * buys) caps the fused depth: a side of cap*(k-1)+1 admits at most cap
- * steps of a kernel of side k > 1.
+ * buys) sets the fused depth's limit instead, in every dimension: a side
+ * of cap*(k-1)+1 admits at most cap steps of a kernel of side k > 1.
  */
 static cs_status
 fusion_max_side(cs_cuda_ctx *ctx, const cs_kernel *kernel,
@@ -450,6 +452,11 @@ fusion_max_side(cs_cuda_ctx *ctx, const cs_kernel *kernel,
     }
     const char *env = getenv("CONVSTENCIL_CUDA_MAX_DEPTH");
     if (env == NULL || env[0] == '\0') {
+        if (kernel->size[0] > 1) {
+            for (int a = 0; a < 3; a++) {
+                max_side[a] = kernel->size[a]; /* depth 1 */
+            }
+        }
         return CS_OK;
     }
     char *end = NULL;

@@ -218,6 +218,10 @@ static void tc3d_cases(bool quick) {
     // quick: every template height (ky 1, 3, 5, 7), kz 3, 5 and 7, dense,
     // point and zero planes, fused depths 1..3 with the band along z, y
     // and x and a remainder, partial tiles in y and x, the cap
+    // 3D fuses only when CONVSTENCIL_CUDA_MAX_DEPTH asks for it
+    run_case(heat3d, 10, 12, 20, C, 0.5, 5, TC, false, "tensor-core", 1);
+    run_case(box27, 3, 33, 130, W, 0.0, 2, AUTO, false, "tensor-core", 1);
+    setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "3", 1);
     run_case(heat3d, 10, 12, 20, C, 0.5, 5, TC, false, "tensor-core", 3);
     run_case(heat3d, 9, 12, 20, C, -0.75, 3, TC, false, "tensor-core", 1);
     run_case(box27, 3, 33, 130, W, 0.0, 2, TC, false, "tensor-core", 2);
@@ -243,6 +247,7 @@ static void tc3d_cases(bool quick) {
     run_case(heat3d, 6, 9, 20, W, 0.0, 5, TC, false, "tensor-core", 2);
     unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
     if (quick) return;
+    setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "3", 1);  // fused 3D passes
     // full: both modes x steps 1, 2, 3, 5 on small grids, the sizes
     // 3x33x130 and 9x40x257 (several tiles per plane, partial ones) once
     // per mode, the cap at 1, and the other modes
@@ -273,13 +278,14 @@ static void tc3d_cases(bool quick) {
             run_case(r333, 5, 7, 9, mode, cval, steps, TC, false,
                      "tensor-core", 1);
         }
-        unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
+        setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "3", 1);
     }
     for (int m = 2; m < CS_MODE_COUNT; m++) {
         run_case(heat3d, 10, 12, 20, (cs_mode)m, 0.0, 5, TC, false,
                  "tensor-core", 3);
         run_case(p5, 9, 8, 20, (cs_mode)m, 0.0, 2, TC);
     }
+    unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
 }
 
 int main(int argc, char **argv) {
