@@ -29,6 +29,7 @@
  */
 #include "kernels.cuh"
 #include "tc_mma.cuh"
+#include "tc_params.cuh"
 
 #include <limits.h>
 #include <stdint.h>
@@ -73,8 +74,8 @@ tc1d_tile_rows(int payload)
 typedef struct tc1d_params {
     const double *in; /* origins of the folded grids */
     double *out;
-    ptrdiff_t in_pitch, out_pitch;
-    ptrdiff_t ny, nx;       /* rows of the fold, points per row */
+    ptrdiff_t in_pitch, in_plane, out_pitch, out_plane;
+    ptrdiff_t nz, ny, nx;   /* 1, rows of the fold, points per row */
     ptrdiff_t lim_y, lim_x; /* first unreadable row and column of `in` */
     ptrdiff_t tiles_x;      /* blockIdx.x = tile_y * tiles_x + tile_x */
     int ld;
@@ -313,17 +314,15 @@ cs_cuda_tc1d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
 
 template <int P>
 static cs_status
-launch_tc1d(cs_cuda_ctx *ctx, tc1d_params &p, size_t smem, const char *name)
+launch_tc1d(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+            const cs_tc2d_plan *plan, const char *name)
 {
     typedef tc1d_geometry<P> T;
-    const ptrdiff_t tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)T::COLS);
-    const ptrdiff_t tiles_y = CEIL_DIV(p.ny, (ptrdiff_t)T::TR);
-    if (tiles_x * tiles_y > INT_MAX) {
-        cs_cuda_message(ctx, "%s: %td rows of %td are too many", name, p.ny,
-                        p.nx);
-        return CS_ERR_UNSUPPORTED;
-    }
-    p.tiles_x = tiles_x;
+    tc1d_params p;
+    ptrdiff_t tiles = 0;
+    CS_TRY(tc_params_fill(ctx, in, out, plan, T::TR, T::COLS, name, &p,
+                          &tiles));
+    const size_t smem = 2 * (size_t)plan->matrix_size * sizeof(double);
     CS_CUDA_CHECK(ctx,
                   cudaFuncSetAttribute(tc1d_kernel<P>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -334,7 +333,7 @@ launch_tc1d(cs_cuda_ctx *ctx, tc1d_params &p, size_t smem, const char *name)
                                        cudaFuncAttributePreferredSharedMemoryCarveout,
                                        (int)cudaSharedmemCarveoutMaxShared),
                   "cudaFuncSetAttribute(tc1d_kernel, shared memory carveout)");
-    const unsigned blocks = (unsigned)(tiles_x * tiles_y);
+    const unsigned blocks = (unsigned)tiles;
     tc1d_kernel<P><<<blocks, T1_THREADS, smem, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, name);
 }
@@ -358,22 +357,6 @@ cs_cuda_tc1d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         cs_cuda_message(ctx, "cs_cuda_tc1d_pass: invalid grids or plan");
         return CS_ERR_INVALID;
     }
-    tc1d_params p;
-    p.in = in->origin;
-    p.out = out->origin;
-    p.in_pitch = in->pitch;
-    p.out_pitch = out->pitch;
-    p.ny = in->n[1];
-    p.nx = in->n[2];
-    p.lim_y = in->n[1] + in->halo[1];
-    p.lim_x = in->n[2] + in->halo[2];
-    p.ld = plan->ld;
-    p.matrix_size = plan->matrix_size;
-    p.lut = plan->lut;
-    p.wa = plan->wa;
-    p.wb = plan->wb;
-    p.tiles_x = 0;
-    const size_t smem = 2 * (size_t)plan->matrix_size * sizeof(double);
-    return P == 15 ? launch_tc1d<15>(ctx, p, smem, "tc1d_kernel<P=15>")
-                   : launch_tc1d<31>(ctx, p, smem, "tc1d_kernel<P=31>");
+    return P == 15 ? launch_tc1d<15>(ctx, in, out, plan, "tc1d_kernel<P=15>")
+                   : launch_tc1d<31>(ctx, in, out, plan, "tc1d_kernel<P=31>");
 }

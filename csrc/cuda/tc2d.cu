@@ -54,6 +54,7 @@
  * tc_tile.cuh, shared with tc3d.cu (which sums such tiles over the
  * z-planes of a 3D kernel); the layout check below serves both.
  */
+#include "tc_params.cuh"
 #include "tc_tile.cuh"
 
 #include <limits.h>
@@ -309,35 +310,14 @@ cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         return CS_ERR_INVALID;
     }
     tc2d_params p;
-    p.in = in->origin;
-    p.out = out->origin;
-    p.in_pitch = in->pitch;
-    p.in_plane = in->plane;
-    p.out_pitch = out->pitch;
-    p.out_plane = out->plane;
-    p.nz = in->n[0];
-    p.ny = in->n[1];
-    p.nx = in->n[2];
-    p.lim_y = in->n[1] + in->halo[1];
-    p.lim_x = in->n[2] + in->halo[2];
-    p.ld = plan->ld;
-    p.matrix_size = plan->matrix_size;
-    p.lut = plan->lut;
-    p.wa = plan->wa;
-    p.wb = plan->wb;
-    const ptrdiff_t tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)TC_COLS);
-    const ptrdiff_t tiles_y = CEIL_DIV(p.ny, (ptrdiff_t)TC_TR);
-    if (tiles_x * tiles_y > INT_MAX) {
-        cs_cuda_message(ctx, "tc2d_kernel: grid plane of %td x %td is too large",
-                        p.ny, p.nx);
-        return CS_ERR_UNSUPPORTED;
-    }
-    p.tiles_x = tiles_x;
+    ptrdiff_t tiles = 0;
+    CS_TRY(tc_params_fill(ctx, in, out, plan, TC_TR, TC_COLS, "tc2d_kernel",
+                          &p, &tiles));
     const size_t smem = 2 * (size_t)plan->matrix_size * sizeof(double);
     /* grid.y is one plane per block, at most 65535 planes per launch */
     for (p.z0 = 0; p.z0 < p.nz; p.z0 += 65535) {
         const ptrdiff_t planes = p.nz - p.z0 < 65535 ? p.nz - p.z0 : 65535;
-        dim3 grid((unsigned)(tiles_x * tiles_y), (unsigned)planes);
+        dim3 grid((unsigned)tiles, (unsigned)planes);
         cs_status st;
         switch (ky) {
         case 1:

@@ -37,6 +37,7 @@
  * __launch_bounds__(256, 2) allows (two blocks of 84 KB of shared memory
  * per SM, as in 2D).
  */
+#include "tc_params.cuh"
 #include "tc_tile.cuh"
 
 #include <limits.h>
@@ -310,22 +311,9 @@ cs_cuda_tc3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     }
     tc3d_params p;
     memset(&p, 0, sizeof(p));
-    p.in = in->origin;
-    p.out = out->origin;
-    p.in_pitch = in->pitch;
-    p.in_plane = in->plane;
-    p.out_pitch = out->pitch;
-    p.out_plane = out->plane;
-    p.nz = in->n[0];
-    p.ny = in->n[1];
-    p.nx = in->n[2];
-    p.lim_y = in->n[1] + in->halo[1];
-    p.lim_x = in->n[2] + in->halo[2];
-    p.ld = tile->ld;
-    p.matrix_size = tile->matrix_size;
-    p.lut = tile->lut;
-    p.wa = tile->wa;
-    p.wb = tile->wb;
+    ptrdiff_t tiles = 0;
+    CS_TRY(tc_params_fill(ctx, in, out, tile, TC_TR, TC_COLS, "tc3d_kernel",
+                          &p, &tiles));
     p.kz = plan->kz;
     p.rz = rz;
     p.dense_mask = plan->dense_mask;
@@ -336,19 +324,11 @@ cs_cuda_tc3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                          + plan->point_x[t];
         p.point_w[t] = plan->point_w[t];
     }
-    const ptrdiff_t tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)TC_COLS);
-    const ptrdiff_t tiles_y = CEIL_DIV(p.ny, (ptrdiff_t)TC_TR);
-    if (tiles_x * tiles_y > INT_MAX) {
-        cs_cuda_message(ctx, "tc3d_kernel: grid plane of %td x %td is too large",
-                        p.ny, p.nx);
-        return CS_ERR_UNSUPPORTED;
-    }
-    p.tiles_x = tiles_x;
     const size_t smem = 2 * (size_t)tile->matrix_size * sizeof(double);
     /* grid.y is one output plane per block, at most 65535 per launch */
     for (p.z0 = 0; p.z0 < p.nz; p.z0 += 65535) {
         const ptrdiff_t planes = p.nz - p.z0 < 65535 ? p.nz - p.z0 : 65535;
-        dim3 grid((unsigned)(tiles_x * tiles_y), (unsigned)planes);
+        dim3 grid((unsigned)tiles, (unsigned)planes);
         cs_status st;
         switch (ky) {
         case 1:
