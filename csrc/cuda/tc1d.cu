@@ -235,18 +235,6 @@ cs_cuda_tc1d_tile_rows(int kx)
     return tc1d_tile_rows(kx <= 15 ? 15 : 31);
 }
 
-/* Where layout.h puts real element (x, y) of the tile (-1: dirty). */
-static ptrdiff_t
-expected_slot(const cs_layout2d *L, int matrix, int x, int y)
-{
-    const int P = L->payload, G = L->group;
-    int u = matrix == 0 ? y : y - P;
-    if (u < 0 || u % G == G - 1 || u / G >= T1_GROUPS) {
-        return -1;
-    }
-    return (ptrdiff_t)(u / G) * L->ld + P * x + u % G;
-}
-
 cs_status
 cs_cuda_tc1d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
                           size_t smem_optin)
@@ -280,34 +268,11 @@ cs_cuda_tc1d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
         return CS_ERR_UNSUPPORTED;
     }
     /* every element lands where layout.h says, or in its own dump slot */
-    unsigned char *used = (unsigned char *)calloc(2 * (size_t)L->matrix_size, 1);
-    if (used == NULL) {
-        cs_cuda_message(ctx, "tensor-core 1D layout: out of host memory");
-        return CS_ERR_NOMEM;
-    }
-    for (int y = 0; y < L->in_cols && bad == NULL; y++) {
-        for (int m = 0; m < 2 && bad == NULL; m++) {
-            const ptrdiff_t off = L->lut[4 * y + 2 * m];
-            const ptrdiff_t stride = L->lut[4 * y + 2 * m + 1];
-            for (int x = 0; x < L->in_rows; x++) {
-                const ptrdiff_t slot = off + x * stride;
-                const ptrdiff_t want = expected_slot(L, m, x, y);
-                if (want >= 0 ? slot != want
-                              : slot < L->dump_base || slot >= L->matrix_size) {
-                    bad = "an element is not where layout.h puts it";
-                    break;
-                }
-                if (used[m * (size_t)L->matrix_size + slot]++) {
-                    bad = "two elements share a shared-memory slot";
-                    break;
-                }
-            }
-        }
-    }
-    free(used);
+    int nomem = 0;
+    bad = tc_layout_slots_wrong(L, &nomem);
     if (bad != NULL) {
         cs_cuda_message(ctx, "tensor-core 1D layout (kx=%d): %s", L->kx, bad);
-        return CS_ERR_UNSUPPORTED;
+        return nomem ? CS_ERR_NOMEM : CS_ERR_UNSUPPORTED;
     }
     return CS_OK;
 }

@@ -177,21 +177,6 @@ cs_cuda_tc2d_smem_bytes(const cs_layout2d *layout)
     return 2 * (size_t)layout->matrix_size * sizeof(double);
 }
 
-/*
- * Where layout.h puts real element (x, y) of the X tile: matrix A holds
- * columns y = 8g + t (t < 7) of group g < 16 at row g, entry 7x + t;
- * matrix B holds y = 8g + 7 + t likewise.  -1: a dirty element.
- */
-static ptrdiff_t
-expected_slot(int matrix, int x, int y, int ld)
-{
-    int u = matrix == 0 ? y : y - TC_P;
-    if (u < 0 || u % TC_G == TC_G - 1 || u / TC_G >= CS_TC2D_GROUPS) {
-        return -1;
-    }
-    return (ptrdiff_t)(u / TC_G) * ld + TC_P * x + u % TC_G;
-}
-
 cs_status
 cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
                           size_t smem_optin)
@@ -225,40 +210,12 @@ cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
         return CS_ERR_UNSUPPORTED;
     }
     /* every element lands where layout.h says, or in its own dump slot */
-    unsigned char *used = (unsigned char *)calloc(2 * (size_t)L->matrix_size, 1);
-    if (used == NULL) {
-        cs_cuda_message(ctx, "tensor-core layout: out of host memory");
-        return CS_ERR_NOMEM;
-    }
-    for (int y = 0; y < L->in_cols && bad == NULL; y++) {
-        for (int m = 0; m < 2 && bad == NULL; m++) {
-            const ptrdiff_t off = L->lut[4 * y + 2 * m];
-            const ptrdiff_t stride = L->lut[4 * y + 2 * m + 1];
-            if (stride != TC_P) {
-                /* tc3d's loader takes the stride as the constant P */
-                bad = "a lookup-table row stride is not 7";
-                break;
-            }
-            for (int x = 0; x < L->in_rows; x++) {
-                const ptrdiff_t slot = off + x * stride;
-                const ptrdiff_t want = expected_slot(m, x, y, L->ld);
-                if (want >= 0 ? slot != want
-                              : slot < L->dump_base || slot >= L->matrix_size) {
-                    bad = "an element is not where layout.h puts it";
-                    break;
-                }
-                if (used[m * (size_t)L->matrix_size + slot]++) {
-                    bad = "two elements share a shared-memory slot";
-                    break;
-                }
-            }
-        }
-    }
-    free(used);
+    int nomem = 0;
+    bad = tc_layout_slots_wrong(L, &nomem);
     if (bad != NULL) {
         cs_cuda_message(ctx, "tensor-core layout (ky=%d, kx=%d): %s", L->ky,
                         L->kx, bad);
-        return CS_ERR_UNSUPPORTED;
+        return nomem ? CS_ERR_NOMEM : CS_ERR_UNSUPPORTED;
     }
     return CS_OK;
 }

@@ -1,13 +1,15 @@
 /*
  * tc_params.cuh -- host side shared by the tensor-core launchers (tc1d,
  * tc2d, tc3d): filling the grid and tile fields that their kernel
- * parameter structs have in common (the same names in each), and the
- * check that the tile grid fits one launch.
+ * parameter structs have in common (the same names in each), the check
+ * that the tile grid fits one launch, and the check that a layout's
+ * lookup table puts every element where layout.h says.
  */
 #ifndef CS_CUDA_TC_PARAMS_CUH
 #define CS_CUDA_TC_PARAMS_CUH
 
 #include <limits.h>
+#include <stdlib.h>
 
 #include "kernels.cuh"
 
@@ -49,6 +51,62 @@ tc_params_fill(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p->tiles_x = tiles_x;
     *blocks = tiles_x * tiles_y;
     return CS_OK;
+}
+
+/* Where layout.h puts real element (x, y) of the tile: -1 for a dirty one. */
+static ptrdiff_t
+tc_expected_slot(const cs_layout2d *L, int matrix, int x, int y)
+{
+    const int P = L->payload, G = L->group;
+    const int u = matrix == 0 ? y : y - P;
+    if (u < 0 || u % G == G - 1 || u / G >= L->tile_groups) {
+        return -1;
+    }
+    return (ptrdiff_t)(u / G) * L->ld + P * x + u % G;
+}
+
+/*
+ * Does every element of the input tile land where layout.h puts it (row
+ * stride P), or in a dump slot of its own?  NULL when it does, else what
+ * is wrong; *nomem is set when the check could not allocate.
+ */
+static const char *
+tc_layout_slots_wrong(const cs_layout2d *L, int *nomem)
+{
+    *nomem = 0;
+    unsigned char *used =
+        (unsigned char *)calloc(2 * (size_t)L->matrix_size, 1);
+    if (used == NULL) {
+        *nomem = 1;
+        return "out of host memory";
+    }
+    const char *bad = NULL;
+    for (int y = 0; y < L->in_cols && bad == NULL; y++) {
+        for (int m = 0; m < 2 && bad == NULL; m++) {
+            const ptrdiff_t off = L->lut[4 * y + 2 * m];
+            const ptrdiff_t stride = L->lut[4 * y + 2 * m + 1];
+            if (stride != L->payload) {
+                /* the loaders of tc1d and tc3d take the stride as P */
+                bad = "a lookup-table row stride is not P";
+                break;
+            }
+            for (int x = 0; x < L->in_rows; x++) {
+                const ptrdiff_t slot = off + x * stride;
+                const ptrdiff_t want = tc_expected_slot(L, m, x, y);
+                if (want >= 0 ? slot != want
+                              : slot < L->dump_base || slot >= L->matrix_size) {
+                    bad = "an element is not where layout.h puts it";
+                    break;
+                }
+                if (used[m * (size_t)L->matrix_size + slot]++) {
+                    bad = "two elements share a shared-memory slot";
+                    break;
+                }
+            }
+        }
+    }
+    free(used);
+    return bad;
 }
 
 #endif /* CS_CUDA_TC_PARAMS_CUH */
