@@ -244,6 +244,17 @@ launch_tc2d(cs_cuda_ctx *ctx, const tc2d_params &p, dim3 grid, size_t smem,
     return cs_cuda_check_launch(ctx, name);
 }
 
+/* launch_tc2d for tc_launch_planes */
+struct tc2d_launcher {
+    template <int KY>
+    static cs_status
+    run(cs_cuda_ctx *ctx, const tc2d_params &p, dim3 grid, size_t smem,
+        const char *name)
+    {
+        return launch_tc2d<KY>(ctx, p, grid, smem, name);
+    }
+};
+
 cs_status
 cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_tc2d_plan *plan)
@@ -271,26 +282,8 @@ cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     CS_TRY(tc_params_fill(ctx, in, out, plan, TC_TR, TC_COLS, "tc2d_kernel",
                           &p, &tiles));
     const size_t smem = 2 * (size_t)plan->matrix_size * sizeof(double);
-    /* grid.y is one plane per block, at most 65535 planes per launch */
-    for (p.z0 = 0; p.z0 < p.nz; p.z0 += 65535) {
-        const ptrdiff_t planes = p.nz - p.z0 < 65535 ? p.nz - p.z0 : 65535;
-        dim3 grid((unsigned)tiles, (unsigned)planes);
-        cs_status st;
-        switch (ky) {
-        case 1:
-            st = launch_tc2d<1>(ctx, p, grid, smem, "tc2d_kernel<ky=1>");
-            break;
-        case 3:
-            st = launch_tc2d<3>(ctx, p, grid, smem, "tc2d_kernel<ky=3>");
-            break;
-        case 5:
-            st = launch_tc2d<5>(ctx, p, grid, smem, "tc2d_kernel<ky=5>");
-            break;
-        default:
-            st = launch_tc2d<7>(ctx, p, grid, smem, "tc2d_kernel<ky=7>");
-            break;
-        }
-        CS_TRY(st);
-    }
-    return CS_OK;
+    static const char *const names[4] = {
+        "tc2d_kernel<ky=1>", "tc2d_kernel<ky=3>", "tc2d_kernel<ky=5>",
+        "tc2d_kernel<ky=7>"};
+    return tc_launch_planes<tc2d_launcher>(ctx, p, ky, tiles, smem, names);
 }

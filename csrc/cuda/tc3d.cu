@@ -259,6 +259,17 @@ launch_tc3d(cs_cuda_ctx *ctx, const tc3d_params &p, dim3 grid, size_t smem,
     return cs_cuda_check_launch(ctx, name);
 }
 
+/* launch_tc3d for tc_launch_planes */
+struct tc3d_launcher {
+    template <int KY>
+    static cs_status
+    run(cs_cuda_ctx *ctx, const tc3d_params &p, dim3 grid, size_t smem,
+        const char *name)
+    {
+        return launch_tc3d<KY>(ctx, p, grid, smem, name);
+    }
+};
+
 /* Are the plane classification's fields consistent (kz odd, bits and
    taps inside the kernel, dense = bits set)? */
 static int
@@ -325,26 +336,8 @@ cs_cuda_tc3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         p.point_w[t] = plan->point_w[t];
     }
     const size_t smem = 2 * (size_t)tile->matrix_size * sizeof(double);
-    /* grid.y is one output plane per block, at most 65535 per launch */
-    for (p.z0 = 0; p.z0 < p.nz; p.z0 += 65535) {
-        const ptrdiff_t planes = p.nz - p.z0 < 65535 ? p.nz - p.z0 : 65535;
-        dim3 grid((unsigned)tiles, (unsigned)planes);
-        cs_status st;
-        switch (ky) {
-        case 1:
-            st = launch_tc3d<1>(ctx, p, grid, smem, "tc3d_kernel<ky=1>");
-            break;
-        case 3:
-            st = launch_tc3d<3>(ctx, p, grid, smem, "tc3d_kernel<ky=3>");
-            break;
-        case 5:
-            st = launch_tc3d<5>(ctx, p, grid, smem, "tc3d_kernel<ky=5>");
-            break;
-        default:
-            st = launch_tc3d<7>(ctx, p, grid, smem, "tc3d_kernel<ky=7>");
-            break;
-        }
-        CS_TRY(st);
-    }
-    return CS_OK;
+    static const char *const names[4] = {
+        "tc3d_kernel<ky=1>", "tc3d_kernel<ky=3>", "tc3d_kernel<ky=5>",
+        "tc3d_kernel<ky=7>"};
+    return tc_launch_planes<tc3d_launcher>(ctx, p, ky, tiles, smem, names);
 }

@@ -2,8 +2,9 @@
  * tc_params.cuh -- host side shared by the tensor-core launchers (tc1d,
  * tc2d, tc3d): filling the grid and tile fields that their kernel
  * parameter structs have in common (the same names in each), the check
- * that the tile grid fits one launch, and the check that a layout's
- * lookup table puts every element where layout.h says.
+ * that the tile grid fits one launch, the launch over planes of a
+ * kernel's ky instances, and the check that a layout's lookup table puts
+ * every element where layout.h says.
  */
 #ifndef CS_CUDA_TC_PARAMS_CUH
 #define CS_CUDA_TC_PARAMS_CUH
@@ -50,6 +51,39 @@ tc_params_fill(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     }
     p->tiles_x = tiles_x;
     *blocks = tiles_x * tiles_y;
+    return CS_OK;
+}
+
+/*
+ * Launch the KY instance of a kernel over every plane of p.nz, at most
+ * 65535 planes (grid.y) per launch: Launcher::run<KY>(ctx, p, grid, smem,
+ * name) launches one, for KY = 1, 3, 5 or 7 (ky).
+ */
+template <class Launcher, class Params>
+static cs_status
+tc_launch_planes(cs_cuda_ctx *ctx, Params &p, int ky, ptrdiff_t tiles,
+                 size_t smem, const char *const names[4])
+{
+    for (p.z0 = 0; p.z0 < p.nz; p.z0 += 65535) {
+        const ptrdiff_t planes = p.nz - p.z0 < 65535 ? p.nz - p.z0 : 65535;
+        dim3 grid((unsigned)tiles, (unsigned)planes);
+        cs_status st;
+        switch (ky) {
+        case 1:
+            st = Launcher::template run<1>(ctx, p, grid, smem, names[0]);
+            break;
+        case 3:
+            st = Launcher::template run<3>(ctx, p, grid, smem, names[1]);
+            break;
+        case 5:
+            st = Launcher::template run<5>(ctx, p, grid, smem, names[2]);
+            break;
+        default:
+            st = Launcher::template run<7>(ctx, p, grid, smem, names[3]);
+            break;
+        }
+        CS_TRY(st);
+    }
     return CS_OK;
 }
 
