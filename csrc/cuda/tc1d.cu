@@ -288,16 +288,7 @@ launch_tc1d(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     CS_TRY(tc_params_fill(ctx, in, out, plan, T::TR, T::COLS, name, &p,
                           &tiles));
     const size_t smem = 2 * (size_t)plan->matrix_size * sizeof(double);
-    CS_CUDA_CHECK(ctx,
-                  cudaFuncSetAttribute(tc1d_kernel<P>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem),
-                  "cudaFuncSetAttribute(tc1d_kernel, max dynamic shared memory)");
-    CS_CUDA_CHECK(ctx,
-                  cudaFuncSetAttribute(tc1d_kernel<P>,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       (int)cudaSharedmemCarveoutMaxShared),
-                  "cudaFuncSetAttribute(tc1d_kernel, shared memory carveout)");
+    CS_TRY(tc_allow_smem(ctx, tc1d_kernel<P>, smem, name));
     const unsigned blocks = (unsigned)tiles;
     tc1d_kernel<P><<<blocks, T1_THREADS, smem, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, name);

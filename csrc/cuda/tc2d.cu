@@ -229,17 +229,7 @@ static cs_status
 launch_tc2d(cs_cuda_ctx *ctx, const tc2d_params &p, dim3 grid, size_t smem,
             const char *name)
 {
-    CS_CUDA_CHECK(ctx,
-                  cudaFuncSetAttribute(tc2d_kernel<KY>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem),
-                  "cudaFuncSetAttribute(tc2d_kernel, max dynamic shared memory)");
-    /* as much shared memory as the SM has, so that two blocks fit */
-    CS_CUDA_CHECK(ctx,
-                  cudaFuncSetAttribute(tc2d_kernel<KY>,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       (int)cudaSharedmemCarveoutMaxShared),
-                  "cudaFuncSetAttribute(tc2d_kernel, shared memory carveout)");
+    CS_TRY(tc_allow_smem(ctx, tc2d_kernel<KY>, smem, name));
     tc2d_kernel<KY><<<grid, TC_THREADS, smem, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, name);
 }

@@ -55,6 +55,31 @@ tc_params_fill(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
 }
 
 /*
+ * Let `kernel` (named `name`) take `smem` bytes of dynamic shared memory,
+ * with as much shared memory as the SM has, so that several blocks fit.
+ */
+template <class Kernel>
+static cs_status
+tc_allow_smem(cs_cuda_ctx *ctx, Kernel *kernel, size_t smem, const char *name)
+{
+    cudaError_t e = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess) {
+        e = cudaFuncSetAttribute(kernel,
+                                 cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared);
+    }
+    if (e != cudaSuccess) {
+        cs_cuda_message(ctx, "cudaFuncSetAttribute (%s, %zu bytes of shared "
+                             "memory): %s",
+                        name, smem, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return CS_ERR_CUDA;
+    }
+    return CS_OK;
+}
+
+/*
  * Launch the KY instance of a kernel over every plane of p.nz, at most
  * 65535 planes (grid.y) per launch: Launcher::run<KY>(ctx, p, grid, smem,
  * name) launches one, for KY = 1, 3, 5 or 7 (ky).
