@@ -224,24 +224,16 @@ cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
  * launcher
  * --------------------------------------------------------------------- */
 
-template <int KY>
-static cs_status
-launch_tc2d(cs_cuda_ctx *ctx, const tc2d_params &p, dim3 grid, size_t smem,
-            const char *name)
-{
-    CS_TRY(tc_allow_smem(ctx, tc2d_kernel<KY>, smem, name));
-    tc2d_kernel<KY><<<grid, TC_THREADS, smem, ctx->stream>>>(p);
-    return cs_cuda_check_launch(ctx, name);
-}
-
-/* launch_tc2d for tc_launch_planes */
+/* Launches the KY instance for tc_launch_planes. */
 struct tc2d_launcher {
     template <int KY>
     static cs_status
     run(cs_cuda_ctx *ctx, const tc2d_params &p, dim3 grid, size_t smem,
         const char *name)
     {
-        return launch_tc2d<KY>(ctx, p, grid, smem, name);
+        CS_TRY(tc_allow_smem(ctx, tc2d_kernel<KY>, smem, name));
+        tc2d_kernel<KY><<<grid, TC_THREADS, smem, ctx->stream>>>(p);
+        return cs_cuda_check_launch(ctx, name);
     }
 };
 

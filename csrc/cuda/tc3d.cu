@@ -239,24 +239,16 @@ cs_cuda_tc3d_classify(cs_cuda_ctx *ctx, const cs_kernel *k,
  * launcher
  * --------------------------------------------------------------------- */
 
-template <int KY>
-static cs_status
-launch_tc3d(cs_cuda_ctx *ctx, const tc3d_params &p, dim3 grid, size_t smem,
-            const char *name)
-{
-    CS_TRY(tc_allow_smem(ctx, tc3d_kernel<KY>, smem, name));
-    tc3d_kernel<KY><<<grid, TC_THREADS, smem, ctx->stream>>>(p);
-    return cs_cuda_check_launch(ctx, name);
-}
-
-/* launch_tc3d for tc_launch_planes */
+/* Launches the KY instance for tc_launch_planes. */
 struct tc3d_launcher {
     template <int KY>
     static cs_status
     run(cs_cuda_ctx *ctx, const tc3d_params &p, dim3 grid, size_t smem,
         const char *name)
     {
-        return launch_tc3d<KY>(ctx, p, grid, smem, name);
+        CS_TRY(tc_allow_smem(ctx, tc3d_kernel<KY>, smem, name));
+        tc3d_kernel<KY><<<grid, TC_THREADS, smem, ctx->stream>>>(p);
+        return cs_cuda_check_launch(ctx, name);
     }
 };
 
