@@ -1,9 +1,11 @@
 """python -m convstencil: a heat-equation demo, a correctness check and
 GStencils/s for the 8 presets on the best backend present.
 
-Figures are end-to-end apply() wall time (for the GPU this includes the
-one upload and one download per call); benchmarks/ has the careful
-harness.
+Two figures per preset: end to end (the wall time of one apply() call;
+on the GPU it includes the one upload and one download per call), and,
+on the GPU, the step loop alone as the engine timed it on the device
+(last_run_info()["device_seconds"]).  benchmarks/ has the careful
+harness (warm-up, medians, baselines).
 """
 import argparse
 import sys
@@ -45,13 +47,18 @@ def check_heat(backend, rng):
 
 
 def time_preset(name, shape, steps, backend, rng):
+    """GStencils/s end to end and on the device (None off the GPU)."""
     u = rng.random(shape)
     apply(u[tuple(slice(0, 16) for _ in shape)], name, steps=1,
           backend=backend)  # warm-up: thread pools, device context
     t0 = time.perf_counter()
     apply(u, name, steps=steps, backend=backend)
     seconds = time.perf_counter() - t0
-    return u.size * steps / seconds / 1e9, last_run_info()
+    info = last_run_info()
+    device = info.get("device_seconds")
+    on_device = (u.size * steps / device / 1e9
+                 if device is not None and device > 0 else None)
+    return u.size * steps / seconds / 1e9, on_device, info
 
 
 def main(argv=None):
@@ -59,7 +66,9 @@ def main(argv=None):
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--backend", default="auto",
                         help="auto (default), cpu, cpu-tc or cuda")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="time steps per preset (default: 10 on the "
+                             "CPU, 300 on the GPU)")
     args = parser.parse_args(argv)
     backend = best_backend() if args.backend == "auto" else args.backend
     rng = np.random.default_rng()
@@ -68,14 +77,21 @@ def main(argv=None):
     if backend == "cuda":
         print("device:", cuda_device())
     ok = check_heat(backend, rng)
-    sizes = SIZES["cuda" if backend == "cuda" else "cpu"]
-    print("\n%-10s %-16s %6s %10s  %s" % ("preset", "grid", "steps",
-                                          "GStencil/s", "path"))
+    gpu = backend == "cuda"
+    sizes = SIZES["cuda" if gpu else "cpu"]
+    steps = args.steps if args.steps is not None else (300 if gpu else 10)
+    print("\nGStencils/s: end to end%s"
+          % (", and the step loop on the device" if gpu else ""))
+    print("%-10s %-16s %6s %11s %9s  %s" % ("preset", "grid", "steps",
+                                            "end-to-end", "device",
+                                            "path"))
     for name in PRESETS:
         ndim = Stencil(name).ndim
-        rate, info = time_preset(name, sizes[ndim], args.steps, backend, rng)
-        print("%-10s %-16s %6d %10.2f  %s (fused %d)"
-              % (name, "x".join(map(str, sizes[ndim])), args.steps, rate,
+        rate, on_device, info = time_preset(name, sizes[ndim], steps,
+                                            backend, rng)
+        print("%-10s %-16s %6d %11.2f %9s  %s (fused %d)"
+              % (name, "x".join(map(str, sizes[ndim])), steps, rate,
+                 "%.1f" % on_device if on_device else "-",
                  info.get("path"), info.get("fused_depth", 1)))
     if not ok:
         print("FAILED: the heat2d check disagrees with NumPy", file=sys.stderr)

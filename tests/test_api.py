@@ -410,3 +410,16 @@ def test_last_run_info_is_a_copy(rng):
     info = cs.last_run_info()
     info["backend"] = "tampered"
     assert cs.last_run_info()["backend"] == "cpu"
+
+
+def test_main_job_runs_and_checks_itself(monkeypatch, capsys):
+    """python -m convstencil: the heat check passes and every preset is
+    timed (on small grids here: the sizes are the job's, not the test's)."""
+    from convstencil import __main__ as job
+    small = {1: (5000,), 2: (40, 50), 3: (9, 10, 11)}
+    monkeypatch.setattr(job, "SIZES", {"cpu": small, "cuda": small})
+    assert job.main(["--backend", "cpu", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "relative error" in out
+    for name in cs.PRESETS:
+        assert name in out
