@@ -216,6 +216,7 @@ def main():
                  .split(",")] for d in (1, 2, 3)}
     odds = {d: [parse_shape(t) if t else None for t in
                 getattr(args, "odd%dd" % d).split(",")] for d in (1, 2, 3)}
+    # the copy floor: bandwidth of a copy far larger than the L2 cache
     points = 10240 * 10240
     bandwidth = copy_bandwidth(cp, points, args.repeat)
     floor = bandwidth / 16 / 1e9

@@ -100,7 +100,7 @@ layout_geometry(int ky, int kx, int tile_groups, int tile_rows,
         return 0;
     }
     long long dump_base = (long long)tile_groups * ld;
-    /* the dump area's worst case (see dump_plan_bytes), for the int bound */
+    /* the dump area's worst case (see dump_area_len), for the int bound */
     long long end = dump_base + (tile_groups + p - 1)
                                     * (p * (in_rows - 1) + 1 + BANK_PERIOD);
 

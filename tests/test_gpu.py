@@ -70,10 +70,11 @@ def check_all_paths(grid, weights, steps, mode, cval, ctx, backends=None):
     return infos
 
 
-def expected_depth(weights, steps, shape, mode, max_depth=None):
+def expected_depth(weights, steps, shape, mode, max_depth=None, max_side=7):
     """The fusion depth the tensor-core path should choose: the most steps
     (at most `steps`, and at most `max_depth` when given) whose composed
-    kernel stays within 7 per axis; 1 for a 1x1 kernel, for a 3D kernel of
+    kernel stays within `max_side` per axis (7; 31 points for 1D kernels);
+    1 for a 1x1 kernel, for a 3D kernel of
     several planes unless `max_depth` is given, and 1 when a band
     fix-up is needed (every mode but wrap) and the grid is narrower than
     the two edge strips of that depth."""
@@ -83,7 +84,7 @@ def expected_depth(weights, steps, shape, mode, max_depth=None):
     if len(sides) == 3 and sides[0] > 1 and max_depth is None:
         return 1  # 3D kernels are not fused unless MAX_DEPTH asks for it
     depth = 1
-    while depth < steps and all((depth + 1) * (s - 1) + 1 <= 7
+    while depth < steps and all((depth + 1) * (s - 1) + 1 <= max_side
                                 for s in sides) \
             and (max_depth is None or depth < max_depth):
         depth += 1
@@ -103,16 +104,27 @@ def expected_depth(weights, steps, shape, mode, max_depth=None):
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", PRESETS_2D)
 def test_presets_every_path(name, shape, mode, cval, rng):
+    check_preset_every_step(name, rng.uniform(-1.0, 1.0, shape), mode, cval,
+                            rng)
+
+
+def check_preset_every_step(name, grid, mode, cval, rng, max_side=7):
+    """A preset on every GPU path for each of STEPS: the values against
+    the CPU engine, the path each backend took, and the tensor-core
+    path's fusion plan."""
     w = cs.Stencil(name).weights
-    grid = rng.uniform(-1.0, 1.0, shape)
     for steps in STEPS:
         infos = check_all_paths(grid, w, steps, mode, cval,
-                                dict(preset=name, shape=shape, mode=mode,
-                                     cval=cval, steps=steps, seed=rng.seed))
-        assert infos["cuda-tc"]["path"] == "tensor-core"
+                                dict(preset=name, shape=grid.shape,
+                                     mode=mode, cval=cval, steps=steps,
+                                     seed=rng.seed))
+        tc = infos["cuda-tc"]
+        assert tc["path"] == "tensor-core", tc
+        assert infos["cuda"]["path"] == "tensor-core"
         assert infos["cuda-core"]["path"] == "cuda-core"
         assert infos["cuda-core"]["unfused_steps"] == steps
-        tc = infos["cuda-tc"]
+        assert tc["fused_depth"] == expected_depth(
+            w, steps, grid.shape, mode, max_side=max_side), tc
         assert tc["fused_depth"] * tc["fused_passes"] \
             + tc["unfused_steps"] == steps, tc
 
@@ -209,19 +221,8 @@ def test_tensor_core_path_refuses_kernels_past_7_and_says_why():
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", PRESETS_3D)
 def test_presets_3d_every_path(name, shape, mode, cval, rng):
-    w = cs.Stencil(name).weights
-    grid = rng.uniform(-1.0, 1.0, shape)
-    for steps in STEPS:
-        infos = check_all_paths(grid, w, steps, mode, cval,
-                                dict(preset=name, shape=shape, mode=mode,
-                                     cval=cval, steps=steps, seed=rng.seed))
-        assert infos["cuda-tc"]["path"] == "tensor-core"
-        assert infos["cuda"]["path"] == "tensor-core"
-        assert infos["cuda-core"]["path"] == "cuda-core"
-        tc = infos["cuda-tc"]
-        assert tc["fused_depth"] == expected_depth(w, steps, shape, mode), tc
-        assert tc["fused_depth"] * tc["fused_passes"] \
-            + tc["unfused_steps"] == steps, tc
+    check_preset_every_step(name, rng.uniform(-1.0, 1.0, shape), mode, cval,
+                            rng)
 
 
 # every odd side 1..7 on some axis, cubes and flat, thin and long boxes

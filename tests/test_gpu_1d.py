@@ -1,20 +1,20 @@
 """1D grids on the GPU: every path against the CPU engine.
 
 On tensor cores, fused 1D kernels run on tc2d's payload of 7 up to 7
-points and on tc1d's payloads of 15 and 31 up to 31 points.  A 1D grid runs folded into
-rows of 4096 points (csrc/cuda/fold1d.cu), so
-the sizes below cover one short row, exactly one row, a partial last row
-shorter than the kernel's halo, many rows, and a size that is a multiple
+points and on tc1d's payloads of 15 and 31 up to 31 points.  A 1D grid
+runs folded into rows of 4096 points (csrc/cuda/fold1d.cu), so the sizes
+below cover one short row, exactly one row, a partial last row shorter
+than the kernel's halo, many rows, and a size that is a multiple
 of nothing (1000003).  Device memory and `out` are NaN-poisoned as in
 test_gpu.py, whose helpers these tests share.
 """
-import numpy as np
 import pytest
 
 import convstencil as cs
 from conftest import assert_close, gpu, random_weights
-from test_gpu import (MODE_IDS, MODES, STEPS, check_all_paths,
-                      poison_device_memory)  # noqa: F401
+from test_gpu import (MODE_IDS, MODES, check_all_paths,
+                      check_preset_every_step, poison_device_memory)  # noqa: F401
+from test_gpu import expected_depth as shared_expected_depth
 
 pytestmark = gpu
 
@@ -23,39 +23,17 @@ SIZES_1D = (1, 2, 7, 129, 4096, 4098, 12289)
 
 
 def expected_depth(weights, steps, n, mode):
-    """The tensor-core path's fusion depth for a 1D kernel: the most steps
-    (at most `steps`) whose composed kernel has at most 31 points; 1 for a
-    1-point kernel, and 1 when a band fix-up is needed (every mode but
-    wrap) and the grid is shorter than the two end strips."""
-    k = weights.shape[0]
-    if k == 1:
-        return 1
-    depth = 1
-    while depth < steps and (depth + 1) * (k - 1) + 1 <= 31:
-        depth += 1
-    r = (k - 1) // 2
-    if mode != "wrap" and n < 2 * (2 * depth - 1) * r:
-        return 1
-    return depth
+    """The tensor-core path's fusion depth for a 1D kernel: composed
+    kernels of up to 31 points (tc1d)."""
+    return shared_expected_depth(weights, steps, (n,), mode, max_side=31)
 
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("n", SIZES_1D)
 @pytest.mark.parametrize("name", PRESETS_1D)
 def test_presets_every_path(name, n, mode, cval, rng):
-    w = cs.Stencil(name).weights
-    grid = rng.uniform(-1.0, 1.0, n)
-    for steps in STEPS:
-        infos = check_all_paths(grid, w, steps, mode, cval,
-                                dict(preset=name, n=n, mode=mode, cval=cval,
-                                     steps=steps, seed=rng.seed))
-        tc = infos["cuda-tc"]
-        assert tc["path"] == "tensor-core", tc
-        assert tc["fused_depth"] == expected_depth(w, steps, n, mode), tc
-        assert tc["fused_depth"] * tc["fused_passes"] \
-            + tc["unfused_steps"] == steps, tc
-        assert infos["cuda-core"]["path"] == "cuda-core"
-        assert infos["cuda"]["path"] == "tensor-core"
+    check_preset_every_step(name, rng.uniform(-1.0, 1.0, n), mode, cval, rng,
+                            max_side=31)
 
 
 @pytest.mark.parametrize("mode,cval", [("constant", -0.75), ("wrap", 0.0)],

@@ -21,7 +21,8 @@
  *   each axis step by step on CUDA cores;
  *   `remainder` unfused steps follow on CUDA cores.
  * CUDA-core path: every step is halo refresh + one direct stencil step.
- * Which path CS_CUDA_PATH_AUTO takes is auto_uses_tensor_cores.
+ * CS_CUDA_PATH_AUTO takes the tensor-core path wherever it runs the
+ * kernel (choose_path).
  *
  * 1D grids with 1D kernels run folded into rows of FOLD_WIDTH points
  * (fold1d.cu), so that the 2D kernels get whole tiles of rows: the
@@ -171,25 +172,29 @@ fold1d_plan(const ptrdiff_t shape[3], const cs_kernel *kernel)
 }
 
 /*
- * Repack between the n contiguous points at `flat` and the folded grid
- * g: full rows, then the last row's n - (rows-1)*w points.
+ * Repack between the grid as the caller holds it, contiguous at `flat`,
+ * and the padded device grid g of extents `shape`: one box, or for a
+ * fold its full rows, then the last row's n - (rows-1)*w points.
  */
 static cs_status
-fold1d_repack(cs_cuda_ctx *ctx, const fold1d *f, const cs_dgrid *g,
-              char *flat, int to_folded)
+repack(cs_cuda_ctx *ctx, const fold1d *f, const cs_dgrid *g,
+       const ptrdiff_t shape[3], char *flat, int to_device)
 {
-    const ptrdiff_t n_rows[3] = {1, f->rows, f->w};
-    const cs_dgrid c = contiguous_view(n_rows, flat);
+    const cs_dgrid c = contiguous_view(shape, flat);
     const ptrdiff_t zero[3] = {0, 0, 0};
-    const ptrdiff_t last[3] = {0, f->rows - 1, 0};
-    const ptrdiff_t full[3] = {1, f->rows - 1, f->w};
-    const ptrdiff_t tail[3] = {1, 1, f->n - (f->rows - 1) * f->w};
-    if (to_folded) {
-        CS_TRY(cs_cuda_copy_box(ctx, g, zero, &c, zero, full));
-        return cs_cuda_copy_box(ctx, g, last, &c, last, tail);
+    ptrdiff_t box[3] = {shape[0], shape[1], shape[2]};
+    if (f->active) {
+        box[1] = f->rows - 1; /* the full rows */
     }
-    CS_TRY(cs_cuda_copy_box(ctx, &c, zero, g, zero, full));
-    return cs_cuda_copy_box(ctx, &c, last, g, last, tail);
+    CS_TRY(to_device ? cs_cuda_copy_box(ctx, g, zero, &c, zero, box)
+                     : cs_cuda_copy_box(ctx, &c, zero, g, zero, box));
+    if (!f->active) {
+        return CS_OK;
+    }
+    const ptrdiff_t last[3] = {0, f->rows - 1, 0};
+    const ptrdiff_t tail[3] = {1, 1, f->n - (f->rows - 1) * f->w};
+    return to_device ? cs_cuda_copy_box(ctx, g, last, &c, last, tail)
+                     : cs_cuda_copy_box(ctx, &c, last, g, last, tail);
 }
 
 /* Reserve `bytes` at the end of an arena plan; 0 on overflow. */
@@ -358,18 +363,6 @@ check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
 }
 
 /*
- * Whether CS_CUDA_PATH_AUTO runs `kernel`, which the tensor cores can
- * run, on them.  One place to tune from measurements: 1D and 2D kernels
- * run faster there for every preset (benchmarks/results/h100_1d.md,
- * h100_2d.md); 3D kernels too (h100_3d.md).
- */
-static int
-auto_uses_tensor_cores(const cs_kernel *kernel)
-{
-    return kernel->ndim >= 1 && kernel->ndim <= 3;
-}
-
-/*
  * Is there a device, and may `path` run `kernel` on it?  Sets *use_tc and
  * *smem_optin (shared memory a block may opt into).
  */
@@ -428,9 +421,11 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
                         major);
         return CS_ERR_UNSUPPORTED;
     }
+    /* AUTO: tensor cores wherever they run the kernel, measured faster
+       than CUDA cores for every preset in 1D, 2D and 3D
+       (benchmarks/results/h100_1d.md, h100_2d.md, h100_3d.md) */
     *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
-              || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw
-                  && auto_uses_tensor_cores(kernel));
+              || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw);
     return CS_OK;
 }
 
@@ -724,13 +719,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     }
     CS_TRY(upload(ctx, arena + off_main[1], in, count * sizeof(double),
                   "cudaMemcpyAsync (upload grid)"));
-    const ptrdiff_t zero[3] = {0, 0, 0};
-    cs_dgrid staging = contiguous_view(shape, arena + off_main[1]);
-    if (fold->active) {
-        CS_TRY(fold1d_repack(ctx, fold, &g[0], arena + off_main[1], 1));
-    } else {
-        CS_TRY(cs_cuda_copy_box(ctx, &g[0], zero, &staging, zero, shape));
-    }
+    CS_TRY(repack(ctx, fold, &g[0], shape, arena + off_main[1], 1));
 
     /* ---- the step loop ---- */
     CS_CUDA_CHECK(ctx, cudaEventRecord(s->loop_start, s->stream),
@@ -769,14 +758,9 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
                   "cudaEventRecord (step loop end)");
 
     /* ---- download through the spare buffer ---- */
-    staging = contiguous_view(shape, arena + off_main[1 - cur]);
-    if (fold->active) {
-        CS_TRY(fold1d_repack(ctx, fold, &g[cur], arena + off_main[1 - cur],
-                             0));
-    } else {
-        CS_TRY(cs_cuda_copy_box(ctx, &staging, zero, &g[cur], zero, shape));
-    }
-    e = cudaMemcpyAsync(out, staging.origin, count * sizeof(double),
+    char *staging = arena + off_main[1 - cur];
+    CS_TRY(repack(ctx, fold, &g[cur], shape, staging, 0));
+    e = cudaMemcpyAsync(out, staging, count * sizeof(double),
                         cudaMemcpyDeviceToHost, s->stream);
     if (e == cudaSuccess) {
         e = cudaStreamSynchronize(s->stream);
