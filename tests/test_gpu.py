@@ -275,9 +275,14 @@ def planes_kernel(rng, kind, ky, kx):
                                         ("ppp", 3, 3), ("0d0", 7, 5),
                                         ("d0p0d0d", 3, 3), ("0p0", 5, 5)],
                          ids=lambda v: str(v))
-def test_point_and_zero_planes(kind, ky, kx, mode, cval, rng):
+@pytest.mark.parametrize("max_depth", [None, "3"], ids=["unfused", "fused"])
+def test_point_and_zero_planes(kind, ky, kx, mode, cval, max_depth,
+                               monkeypatch, rng):
     """Point planes (CUDA cores inside the tensor-core kernel) and zero
-    planes (skipped), unfused and under fusion (which fills them in)."""
+    planes (skipped), unfused (the default in 3D) and under fusion (which
+    fills them in; CONVSTENCIL_CUDA_MAX_DEPTH asks for it)."""
+    if max_depth is not None:
+        monkeypatch.setenv("CONVSTENCIL_CUDA_MAX_DEPTH", max_depth)
     w = planes_kernel(rng, kind, ky, kx)
     for shape in [(5, 7, 9), (40, 33, 130)]:
         grid = rng.standard_normal(shape)
@@ -285,7 +290,7 @@ def test_point_and_zero_planes(kind, ky, kx, mode, cval, rng):
             check_all_paths(grid, w, steps, mode, cval,
                             dict(kernel=kind, ky=ky, kx=kx, shape=shape,
                                  mode=mode, cval=cval, steps=steps,
-                                 seed=rng.seed),
+                                 max_depth=max_depth, seed=rng.seed),
                             backends=("cuda-tc",))
 
 
