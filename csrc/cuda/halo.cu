@@ -83,17 +83,27 @@ typedef struct copy_params {
     ptrdiff_t dst_pitch, dst_plane, src_pitch, src_plane;
     ptrdiff_t ey, ex;  /* box extents in y and x */
     ptrdiff_t rows;    /* ez * ey */
+    int row_threads;   /* threads per row of a block: a power of two */
 } copy_params;
 
-/* grid.x covers a row, grid.y strides over the box's rows (z, y). */
+/*
+ * A block is blockDim.x / row_threads rows of row_threads threads, so
+ * that a narrow box (the 3 columns of a band) does not leave most of a
+ * block idle; grid.x covers a row, grid.y strides over the box's rows
+ * (z, y).
+ */
 __global__ void
 copy_box_kernel(const copy_params p)
 {
-    const ptrdiff_t x = (ptrdiff_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int tx = threadIdx.x & (p.row_threads - 1);
+    const int ty = threadIdx.x / p.row_threads;
+    const int block_rows = blockDim.x / p.row_threads;
+    const ptrdiff_t x = (ptrdiff_t)blockIdx.x * p.row_threads + tx;
     if (x >= p.ex) {
         return;
     }
-    for (ptrdiff_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+    for (ptrdiff_t r = (ptrdiff_t)blockIdx.y * block_rows + ty; r < p.rows;
+         r += (ptrdiff_t)gridDim.y * block_rows) {
         ptrdiff_t z = r / p.ey;
         ptrdiff_t y = r - z * p.ey;
         p.dst[z * p.dst_plane + y * p.dst_pitch + x] =
@@ -197,8 +207,14 @@ cs_cuda_copy_box(cs_cuda_ctx *ctx, const cs_dgrid *dst,
     p.ex = ext[2];
     p.rows = ext[0] * ext[1];
     const int block = 256;
-    const ptrdiff_t gx = CEIL_DIV(p.ex, (ptrdiff_t)block);
-    const ptrdiff_t gy = p.rows < 65535 ? p.rows : 65535;
+    p.row_threads = block;
+    while (p.row_threads > 1 && p.row_threads / 2 >= p.ex) {
+        p.row_threads /= 2;
+    }
+    const ptrdiff_t gx = CEIL_DIV(p.ex, (ptrdiff_t)p.row_threads);
+    const ptrdiff_t row_blocks =
+        CEIL_DIV(p.rows, (ptrdiff_t)(block / p.row_threads));
+    const ptrdiff_t gy = row_blocks < 65535 ? row_blocks : 65535;
     if (gx > 0x7fffffff) {
         cs_cuda_message(ctx, "cs_cuda_copy_box: rows too long");
         return CS_ERR_UNSUPPORTED;
