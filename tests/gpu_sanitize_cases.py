@@ -8,8 +8,8 @@
 Covers the tensor-core kernels (tc2d, tc1d, and tc3d with dense, point
 and zero planes) for every kernel height they are built for (ky = 1, 3,
 5, 7), on grids that are and are not multiples of their tile (so partial
-tiles read past the grid's edge), fused passes with the band fix-up
-(along z too), the CUDA-core step in 1D/2D/3D, the halo fill of every
+tiles read past the grid's edge), tc2d's blocks looping over several
+tiles, fused passes with the band fix-up (along z too), the CUDA-core step in 1D/2D/3D, the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
 end fix-up, partial last rows, payloads 7, 15 and 31).  Each result is
 compared with the CPU engine, so the run
@@ -57,6 +57,12 @@ def main():
         grid = rng.standard_normal((70, 200))
         for mode in MODES:
             ok &= check(grid, w, 4, mode, "cuda-tc")
+    # tc2d's persistent blocks handing tile buffers over: more tiles than
+    # SMs (32 x 14 = 448 tiles), a plain pass and a banded fused one
+    grid = rng.standard_normal((1000, 1700))
+    ok &= check(grid, rng.uniform(0.1, 1.0, (7, 5)) / 20, 1, "wrap",
+                "cuda-tc")
+    ok &= check(grid, cs.Stencil("heat2d").weights, 3, "constant", "cuda-tc")
     # 1D folded into rows: one partial row, several rows with a last row
     # shorter than the halo, fused passes with the end fix-up
     for name in ("heat1d", "1d5p"):

@@ -5,8 +5,9 @@
  * ping-pong grids, the band fix-up's strip buffers and the parameters
  * (weights, stencil2row tables).  The grid is uploaded once (contiguous,
  * into the spare grid, then repacked into the padded one on the device),
- * the whole step loop runs on one stream, and the result is repacked and
- * downloaded once.  Every exit frees everything.
+ * the whole step loop runs on one stream (with a second one for the band
+ * fix-ups, below), and the result is repacked and downloaded once.  Every
+ * exit frees everything.
  *
  * Step loop, tensor-core path (kernels up to 7 per axis, 1D kernels up
  * to 31 points, on sm_90):
@@ -42,6 +43,10 @@
  * each strip, which are copied into the pass's output, stay exact.  The
  * strips span the other axes whole, so corners are exact too.  Along z
  * (3D kernels) the strips are stacks of whole planes, the same way.
+ * The gather and the strips' steps read only the pass's input, so they
+ * run on a second, high-priority stream beside the pass's main kernel
+ * (about 20 small launches per pass for a 2D kernel fused 3 deep); the
+ * main stream waits for them only to scatter the bands into the output.
  */
 #include "cuda_engine.h"
 #include "kernels.cuh"
@@ -54,6 +59,8 @@
 #include <string.h>
 
 #define ARENA_ALIGN 256 /* bytes: every piece of the arena starts aligned */
+#define BAND_SPARE_SMS 4 /* SMs a banded tc2d pass leaves free: on the H100,
+                            heat2d fused 3 deep ran fastest with 4 of 1, 2, 4 */
 #define FOLD_WIDTH 4096 /* points per row of a folded 1D grid: a multiple of
                            tc2d's 128-column tile */
 
@@ -241,25 +248,24 @@ typedef struct band_job {
 } band_job;
 
 /*
- * Recompute the band of the pass src -> dst along axis a step by step
- * (see the top comment): gather both edge strips of src into job->buf[0],
- * run plan->depth unfused steps, scatter the outer bands into dst.
+ * The first half of the band fix-up of the pass src -> dst along axis a
+ * (see the top comment), on ctx's stream: gather both edge strips of src
+ * into job->buf[0] and run plan->depth unfused steps on them.  It reads
+ * only src, so it runs beside the pass's main kernel.
  */
 static cs_status
-fix_band(cs_cuda_ctx *ctx, band_job *job, int a, const cs_dgrid *src,
-         const cs_dgrid *dst, const cs_fusion_plan *plan,
-         const cs_dkernel *k, cs_mode mode, double cval)
+band_compute(cs_cuda_ctx *ctx, band_job *job, int a, const cs_dgrid *src,
+             const cs_fusion_plan *plan, const cs_dkernel *k, cs_mode mode,
+             double cval)
 {
     const ptrdiff_t s = plan->strip[a];
-    const ptrdiff_t b = plan->band[a];
-    const ptrdiff_t n = src->n[a];
     ptrdiff_t ext[3] = {src->n[0], src->n[1], src->n[2]};
     ptrdiff_t origin[3] = {0, 0, 0};
     ptrdiff_t far_src[3] = {0, 0, 0};
     ptrdiff_t far_buf[3] = {0, 0, 0};
 
     ext[a] = s;
-    far_src[a] = n - s;
+    far_src[a] = src->n[a] - s;
     far_buf[a] = s;
     CS_TRY(cs_cuda_copy_box(ctx, &job->buf[0], origin, src, origin, ext));
     CS_TRY(cs_cuda_copy_box(ctx, &job->buf[0], far_buf, src, far_src, ext));
@@ -270,11 +276,28 @@ fix_band(cs_cuda_ctx *ctx, band_job *job, int a, const cs_dgrid *src,
         CS_TRY(cs_cuda_core_step(ctx, &job->buf[c], &job->buf[1 - c], k));
         c = 1 - c;
     }
+    return CS_OK;
+}
+
+/* The second half, after the pass's main kernel: scatter the outer bands
+   of the strips' result (buffer depth % 2) into dst. */
+static cs_status
+band_scatter(cs_cuda_ctx *ctx, const band_job *job, int a,
+             const cs_dgrid *dst, const cs_fusion_plan *plan)
+{
+    const ptrdiff_t s = plan->strip[a];
+    const ptrdiff_t b = plan->band[a];
+    const cs_dgrid *res = &job->buf[plan->depth % 2];
+    ptrdiff_t ext[3] = {dst->n[0], dst->n[1], dst->n[2]};
+    ptrdiff_t origin[3] = {0, 0, 0};
+    ptrdiff_t far_dst[3] = {0, 0, 0};
+    ptrdiff_t far_buf[3] = {0, 0, 0};
+
     ext[a] = b;
-    far_src[a] = n - b;     /* now: where the far band goes in dst */
-    far_buf[a] = 2 * s - b; /* and where it is in the strip buffer */
-    CS_TRY(cs_cuda_copy_box(ctx, dst, origin, &job->buf[c], origin, ext));
-    CS_TRY(cs_cuda_copy_box(ctx, dst, far_src, &job->buf[c], far_buf, ext));
+    far_dst[a] = dst->n[a] - b;
+    far_buf[a] = 2 * s - b;
+    CS_TRY(cs_cuda_copy_box(ctx, dst, origin, res, origin, ext));
+    CS_TRY(cs_cuda_copy_box(ctx, dst, far_dst, res, far_buf, ext));
     return CS_OK;
 }
 
@@ -296,11 +319,25 @@ typedef struct apply_state {
     char *arena;           /* device memory */
     cudaStream_t stream;
     cudaEvent_t loop_start, loop_stop; /* time the step loop */
+    /* band fix-ups: their strips' steps run on band_stream, beside each
+       pass's main kernel, between the events src_ready and band_done */
+    cudaStream_t band_stream;
+    cudaEvent_t src_ready, band_done;
 } apply_state;
 
 static void
 release_state(apply_state *s)
 {
+    if (s->band_stream != NULL) {
+        (void)cudaStreamSynchronize(s->band_stream);
+        (void)cudaStreamDestroy(s->band_stream);
+    }
+    if (s->src_ready != NULL) {
+        (void)cudaEventDestroy(s->src_ready);
+    }
+    if (s->band_done != NULL) {
+        (void)cudaEventDestroy(s->band_done);
+    }
     if (s->stream != NULL) {
         (void)cudaStreamSynchronize(s->stream);
         (void)cudaStreamDestroy(s->stream);
@@ -319,6 +356,76 @@ release_state(apply_state *s)
     }
     free(s->plane_w);
     cs_kernel_free(&s->composed);
+}
+
+/*
+ * The band fix-ups' stream and events.  The stream has the highest
+ * priority, so that its small kernels take SMs as the pass's main kernel
+ * frees them rather than after its last block.
+ */
+static cs_status
+band_stream_create(cs_cuda_ctx *ctx, apply_state *s)
+{
+    int least = 0, greatest = 0;
+    CS_CUDA_CHECK(ctx, cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                  "cudaDeviceGetStreamPriorityRange");
+    cudaError_t e = cudaStreamCreateWithPriority(
+        &s->band_stream, cudaStreamNonBlocking, greatest);
+    if (e != cudaSuccess) {
+        s->band_stream = NULL;
+        return cs_cuda_fail(ctx, e, "cudaStreamCreateWithPriority (bands)");
+    }
+    e = cudaEventCreateWithFlags(&s->src_ready, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        s->src_ready = NULL;
+        return cs_cuda_fail(ctx, e, "cudaEventCreateWithFlags (bands)");
+    }
+    e = cudaEventCreateWithFlags(&s->band_done, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        s->band_done = NULL;
+        return cs_cuda_fail(ctx, e, "cudaEventCreateWithFlags (bands)");
+    }
+    return CS_OK;
+}
+
+/* Start the band fix-ups of the pass reading src: once src is ready on
+   the main stream, the band stream gathers and steps every banded axis's
+   strips. */
+static cs_status
+bands_start(cs_cuda_ctx *ctx, const apply_state *s, band_job jobs[3],
+            const cs_dgrid *src, const cs_fusion_plan *plan,
+            const cs_dkernel *k, cs_mode mode, double cval)
+{
+    CS_CUDA_CHECK(ctx, cudaEventRecord(s->src_ready, ctx->stream),
+                  "cudaEventRecord (band source ready)");
+    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(s->band_stream, s->src_ready, 0),
+                  "cudaStreamWaitEvent (band stream)");
+    cs_cuda_ctx side = *ctx;
+    side.stream = s->band_stream;
+    for (int a = 0; a < 3; a++) {
+        if (jobs[a].active) {
+            CS_TRY(band_compute(&side, &jobs[a], a, src, plan, k, mode, cval));
+        }
+    }
+    CS_CUDA_CHECK(ctx, cudaEventRecord(s->band_done, s->band_stream),
+                  "cudaEventRecord (bands done)");
+    return CS_OK;
+}
+
+/* Finish them after the pass's main kernel: the main stream waits for the
+   band stream, then scatters the bands into dst. */
+static cs_status
+bands_finish(cs_cuda_ctx *ctx, const apply_state *s, const band_job jobs[3],
+             const cs_dgrid *dst, const cs_fusion_plan *plan)
+{
+    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->stream, s->band_done, 0),
+                  "cudaStreamWaitEvent (main stream)");
+    for (int a = 0; a < 3; a++) {
+        if (jobs[a].active) {
+            CS_TRY(band_scatter(ctx, &jobs[a], a, dst, plan));
+        }
+    }
+    return CS_OK;
 }
 
 /* Argument checks: CS_OK or CS_ERR_INVALID with a message. */
@@ -678,6 +785,10 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
         s->loop_stop = NULL;
         return cs_cuda_fail(ctx, e, "cudaEventCreate");
     }
+    const int banded = jobs[0].active || jobs[1].active || jobs[2].active;
+    if (banded) {
+        CS_TRY(band_stream_create(ctx, s));
+    }
 
     char *arena = s->arena;
     cs_dgrid g[2] = {geom_view(&gmain, arena + off_main[0]),
@@ -703,6 +814,9 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
         tc->lut = (const int *)(arena + off_lut);
         tc->wa = (const double *)(arena + off_wa);
         tc->wb = (const double *)(arena + off_wb);
+        /* tc2d's persistent blocks leave SMs to the band stream, whose
+           kernels would otherwise wait for the end of the pass */
+        tc->spare_sms = banded ? BAND_SPARE_SMS : 0;
     }
 
     /* ---- uploads: parameters, then the grid, contiguous, into the spare
@@ -728,6 +842,9 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
     for (long pass = 0; pass < plan->passes; pass++) {
         CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
+        if (banded) {
+            CS_TRY(bands_start(ctx, s, jobs, &g[cur], plan, &dk, mode, cval));
+        }
         if (s->use_tc3d) {
             CS_TRY(cs_cuda_tc3d_pass(ctx, &g[cur], &g[1 - cur], &tc3));
         } else if (tc->payload > 7) {
@@ -740,11 +857,8 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
                                            fold->n, &dk, plan->depth, mode,
                                            cval));
         }
-        for (int a = 0; a < 3; a++) {
-            if (jobs[a].active) {
-                CS_TRY(fix_band(ctx, &jobs[a], a, &g[cur], &g[1 - cur], plan,
-                                &dk, mode, cval));
-            }
+        if (banded) {
+            CS_TRY(bands_finish(ctx, s, jobs, &g[1 - cur], plan));
         }
         cur = 1 - cur;
     }

@@ -30,9 +30,9 @@
  * the pass's input, the mode applied at the real end at every step (the
  * strip's inner side shrinks by r per step and what it leaves behind is
  * not used).  One block per end, the strip in shared memory.  It is the
- * method of engine.cu's fix_band, in one launch: fix_band's gather,
- * halo fill and CUDA-core step per fused step would cost 2*depth + 4
- * launches per pass (34 for heat1d's 15 fused steps, more than the pass
+ * method of engine.cu's band_compute and band_scatter, in one launch:
+ * their gather, halo fill and CUDA-core step per fused step would cost
+ * 2*depth + 4 launches per pass (34 for heat1d's 15 fused steps, more than the pass
  * itself on a 10^7-point grid), where a grid's edge strips in 2D and 3D
  * are a small share of a much longer pass.
  */

@@ -106,6 +106,7 @@ typedef struct cs_tc2d_plan {
     const int *lut;      /* device, 4 * in_cols ints, 16-byte aligned */
     const double *wa;    /* device, kpad x 8 */
     const double *wb;    /* device, kpad x 8 */
+    int spare_sms;       /* tc2d: SMs its persistent blocks leave free */
 } cs_tc2d_plan;
 
 /*
@@ -120,7 +121,8 @@ cs_status
 cs_cuda_tc2d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *layout,
                           size_t smem_optin);
 
-/* Shared memory (bytes) one tc2d block uses for `layout`. */
+/* Shared memory (bytes) one tc2d block uses for `layout` (tc3d's
+   blocks use half of it). */
 size_t
 cs_cuda_tc2d_smem_bytes(const cs_layout2d *layout);
 

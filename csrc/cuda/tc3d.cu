@@ -146,7 +146,7 @@ tc3d_kernel(const tc3d_params p)
         /* the tile rows' bounds checks, recomputed per plane */
         const ptrdiff_t i0_ = tc_opaque(i0);
         double v[HALF_ROWS];
-        tc_fetch_column<KY>(v, src, i0_, half, gx, p);
+        tc_fetch_column<KY>(v, src, i0_, half, gx, p, p.in_pitch);
         double ev = 0.0;
         tc_fetch_extra<KY>(ev, has_extra, ex, ey, i0_, j0, z - p.rz + dz, p);
         __syncthreads(); /* every warp is done with the previous plane */

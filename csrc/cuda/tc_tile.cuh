@@ -99,7 +99,8 @@ tc_load_fragments(double (&fa)[KSTEPS], double (&fb)[KSTEPS],
 /*
  * Issue the loads of the thread's column of one input plane: v[r] = X
  * tile element (half + 2r, col), src its address for r = 0, gx its grid
- * column.  Rows and columns at or past lim_y / lim_x (a tile hanging
+ * column, pitch the input's row pitch (p.in_pitch, or a copy the
+ * compiler cannot see through, in a loop over tiles).  Rows and columns at or past lim_y / lim_x (a tile hanging
  * over the bottom or right edge) read as zero: they feed only outputs
  * outside the grid, which are not stored, so the grid needs no margin
  * beyond its halo.
@@ -107,13 +108,14 @@ tc_load_fragments(double (&fa)[KSTEPS], double (&fb)[KSTEPS],
 template <int KY, class P>
 static __device__ __forceinline__ void
 tc_fetch_column(double (&v)[TC_HALF_ROWS(KY)], const double *src,
-                ptrdiff_t i0, int half, ptrdiff_t gx, const P &p)
+                ptrdiff_t i0, int half, ptrdiff_t gx, const P &p,
+                ptrdiff_t pitch)
 {
     constexpr int RY = (KY - 1) / 2;
 #pragma unroll
     for (int r = 0; r < TC_HALF_ROWS(KY); r++) {
         const bool row_ok = i0 - RY + half + 2 * r < p.lim_y;
-        v[r] = (gx < p.lim_x && row_ok) ? src[2 * r * p.in_pitch] : 0.0;
+        v[r] = (gx < p.lim_x && row_ok) ? src[2 * r * pitch] : 0.0;
     }
 }
 

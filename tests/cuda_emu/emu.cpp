@@ -181,6 +181,10 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
     if (a == cudaDevAttrComputeCapabilityMajor) {
         const char *s = getenv("EMU_CC_MAJOR");
         *v = s ? atoi(s) : 9;
+    } else if (a == cudaDevAttrMultiProcessorCount) {
+        // EMU_SMS: fewer SMs, so that persistent blocks loop over tiles
+        const char *s = getenv("EMU_SMS");
+        *v = s ? atoi(s) : 132;
     } else if (a == cudaDevAttrMaxSharedMemoryPerBlockOptin) {
         *v = 232448;
     } else {
@@ -227,6 +231,19 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
     streams_alive++;
     return cudaSuccess;
 }
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags,
+                                        int) {
+    return cudaStreamCreateWithFlags(s, flags);
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    *least = 0;
+    *greatest = -5;
+    return cudaSuccess;
+}
+// Launches run synchronously here: every stream is already in order.
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) {
+    return cudaSuccess;
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     delete[] (char *)s;
     streams_alive--;
@@ -240,6 +257,9 @@ cudaError_t cudaEventCreate(cudaEvent_t *e) {
     *e = (cudaEvent_t) new std::chrono::steady_clock::time_point();
     events_alive++;
     return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    return cudaEventCreate(e);
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
     delete (std::chrono::steady_clock::time_point *)e;

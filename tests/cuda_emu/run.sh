@@ -10,6 +10,8 @@
 # are rewritten by sed on the way; nothing else in the sources changes.
 #
 #   EMU_CFLAGS   extra compiler flags, e.g. "-fsanitize=address,undefined"
+#   EMU_SMS      SMs the device reports (default 132); a small count makes
+#                tc2d's persistent blocks loop over several tiles
 #   BUILD        build folder (default: a fresh temporary one)
 # "quick" (the default) takes about five minutes on two cores; "full" much
 # longer (blocks run one at a time, their threads as OS threads, and each
