@@ -9,7 +9,9 @@ Covers the tensor-core kernels (tc2d, tc1d, and tc3d with dense, point
 and zero planes) for every kernel height they are built for (ky = 1, 3,
 5, 7), on grids that are and are not multiples of their tile (so partial
 tiles read past the grid's edge), tc2d's blocks looping over several
-tiles, fused passes with the band fix-up (along z too), the CUDA-core step in 1D/2D/3D, the halo fill of every
+tiles, fused passes with the band fix-up (along z too), the CUDA-core step in
+1D/2D/3D (cc3d's instances, streaming along z, and heat3d's fused
+passes on CUDA cores included), the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
 end fix-up, partial last rows, payloads 7, 15 and 31).  Each result is
 compared with the CPU engine, so the run
@@ -103,6 +105,21 @@ def main():
     for grid, w in cases:
         for mode in MODES:
             ok &= check(grid, w, 2, mode, "cuda-core")
+    # cc3d, streaming along z: several z blocks and partial tiles, heat3d
+    # fused two steps per pass (band fix-ups) with a remainder, every
+    # instance (box 3 and 5, diamond 3, 5 and 7), and a 7x7x7 box, which
+    # the generic kernel runs
+    grid = rng.standard_normal((20, 21, 70))
+    for mode in MODES:
+        ok &= check(grid, cs.Stencil("heat3d").weights, 5, mode, "cuda-core")
+    for side, diamond in ((5, False), (5, True), (7, True), (7, False)):
+        w = rng.uniform(0.1, 1.0, (side, side, side))
+        if diamond:
+            z, y, x = np.indices(w.shape) - side // 2
+            w[np.abs(z) + np.abs(y) + np.abs(x) > side // 2] = 0.0
+        w /= w.sum()
+        for mode in ("constant", "wrap"):
+            ok &= check(grid, w, 1, mode, "cuda-core")
     print("all ok" if ok else "FAILURES")
     return 0 if ok else 1
 

@@ -96,6 +96,40 @@ def expected_depth(weights, steps, shape, mode, max_depth=None, max_side=7):
     return depth
 
 
+def streams_on_cuda_cores(weights):
+    """Whether the GPU engine runs this kernel on CUDA cores streaming
+    along z (cc3d), which AUTO prefers to tensor cores: a 3D kernel of
+    several planes, a cube of side 3 or 5, or of side 7 with every weight
+    within distance 3 of the centre in the 1-norm."""
+    w = np.asarray(weights)
+    if w.ndim != 3 or w.shape[0] == 1 or len(set(w.shape)) != 1 \
+            or w.shape[0] not in (3, 5, 7):
+        return False
+    r = w.shape[0] // 2
+    z, y, x = np.indices(w.shape) - r
+    in_diamond = np.abs(z) + np.abs(y) + np.abs(x) <= r
+    return w.shape[0] < 7 or not np.any(w[~in_diamond])
+
+
+def auto_path(weights):
+    return "cuda-core" if streams_on_cuda_cores(weights) else "tensor-core"
+
+
+def expected_cuda_core_depth(weights, steps, shape, mode, max_depth=None):
+    """The fusion depth of the CUDA-core path: 2 for a 3x3x3 kernel within
+    its 7-point star (one pass of the 5x5x5 square), capped by
+    `max_depth`, 1 for every other kernel and where the grid is too small
+    for the band fix-up."""
+    w = np.asarray(weights)
+    if w.shape != (3, 3, 3):
+        return 1
+    z, y, x = np.indices(w.shape) - 1
+    if np.any(w[np.abs(z) + np.abs(y) + np.abs(x) > 1]):
+        return 1
+    return expected_depth(w, steps, shape, mode,
+                          max_depth=min(2, max_depth or 2), max_side=5)
+
+
 # ---------------------------------------------------------------------------
 # presets: every path, mode and step count on small and medium grids
 
@@ -119,14 +153,17 @@ def check_preset_every_step(name, grid, mode, cval, rng, max_side=7):
                                      mode=mode, cval=cval, steps=steps,
                                      seed=rng.seed))
         tc = infos["cuda-tc"]
+        cc = infos["cuda-core"]
         assert tc["path"] == "tensor-core", tc
-        assert infos["cuda"]["path"] == "tensor-core"
-        assert infos["cuda-core"]["path"] == "cuda-core"
-        assert infos["cuda-core"]["unfused_steps"] == steps
+        assert infos["cuda"]["path"] == auto_path(w)
+        assert cc["path"] == "cuda-core"
         assert tc["fused_depth"] == expected_depth(
             w, steps, grid.shape, mode, max_side=max_side), tc
-        assert tc["fused_depth"] * tc["fused_passes"] \
-            + tc["unfused_steps"] == steps, tc
+        assert cc["fused_depth"] == expected_cuda_core_depth(
+            w, steps, grid.shape, mode), cc
+        for info in (tc, cc):
+            assert info["fused_depth"] * info["fused_passes"] \
+                + info["unfused_steps"] == steps, info
 
 
 @pytest.mark.parametrize("name", ["heat2d", "box2d9p"])
@@ -250,9 +287,29 @@ def test_random_kernels_3d_tensor_core(kshape, mode, cval, rng):
                                          seed=rng.seed))
             tc = infos["cuda-tc"]
             assert tc["path"] == "tensor-core", tc
-            assert infos["cuda"]["path"] == "tensor-core", infos["cuda"]
+            assert infos["cuda"]["path"] == auto_path(w), infos["cuda"]
             assert tc["fused_depth"] == expected_depth(w, steps, shape,
                                                       mode), tc
+
+
+@pytest.mark.parametrize("mode,cval", MODES_3D, ids=MODE_IDS_3D)
+@pytest.mark.parametrize("side", [3, 5, 7])
+def test_diamond_kernels_3d(side, mode, cval, rng):
+    """Cubic kernels whose weights lie within side // 2 of the centre in
+    the 1-norm (a 7-point star and its powers, as fused heat3d passes
+    are), on every path: the CUDA-core path streams them along z with
+    only those taps."""
+    w = rng.uniform(0.1, 1.0, (side, side, side))
+    w[rng.random(w.shape) < 0.2] *= -0.5
+    z, y, x = np.indices(w.shape) - side // 2
+    w[np.abs(z) + np.abs(y) + np.abs(x) > side // 2] = 0.0
+    w /= np.abs(w).sum()
+    for shape in SHAPES_3D + [(70, 40, 33)]:
+        grid = rng.standard_normal(shape)
+        for steps in (1, 2, 3):
+            check_all_paths(grid, w, steps, mode, cval,
+                            dict(kernel=w.shape, shape=shape, mode=mode,
+                                 cval=cval, steps=steps, seed=rng.seed))
 
 
 def planes_kernel(rng, kind, ky, kx):
@@ -305,10 +362,13 @@ def test_max_depth_caps_fusion(max_depth, monkeypatch, rng):
                                     dict(preset=name, mode=mode,
                                          max_depth=max_depth,
                                          seed=rng.seed),
-                                    backends=("cuda-tc",))
+                                    backends=("cuda-tc", "cuda-core"))
             tc = infos["cuda-tc"]
             assert tc["fused_depth"] == expected_depth(
                 w, 7, grid.shape, mode, max_depth), tc
+            cc = infos["cuda-core"]
+            assert cc["fused_depth"] == expected_cuda_core_depth(
+                w, 7, grid.shape, mode, max_depth), cc
     # 2D kernels are capped too
     infos = check_all_paths(grid[0], cs.Stencil("heat2d").weights, 7,
                             "wrap", 0.0, dict(seed=rng.seed),

@@ -173,6 +173,9 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         cs_cuda_message(ctx, "cs_cuda_core_step: invalid grids or kernel");
         return CS_ERR_INVALID;
     }
+    if (in->n[0] > 1 && cs_cuda_cc3d_shape(k->size, k->host_weights) >= 0) {
+        return cs_cuda_cc3d_step(ctx, in, out, k); /* streams along z */
+    }
     cc_params p;
     p.in = in->origin;
     p.out = out->origin;

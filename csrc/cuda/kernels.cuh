@@ -36,6 +36,8 @@ typedef struct cs_dgrid {
 /* A stencil kernel whose weights live in device memory. */
 typedef struct cs_dkernel {
     const double *weights; /* size[0]*size[1]*size[2], C order, device */
+    const double *host_weights; /* the same on the host (NULL: none), for
+                                   kernels that take them as parameters */
     int size[3];           /* odd extents */
 } cs_dkernel;
 
@@ -90,6 +92,28 @@ cs_cuda_fold1d_fix_ends(cs_cuda_ctx *ctx, const cs_dgrid *src,
  */
 cs_status
 cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_dkernel *k);
+
+/* ---- cc3d.cu ---------------------------------------------------------- */
+
+/* The taps cc3d computes: the whole K^3 box, or those within distance
+   (K-1)/2 of the centre in the 1-norm (a 7-point star and its powers). */
+enum { CS_CC3D_BOX = 0, CS_CC3D_DIAMOND = 1 };
+
+/*
+ * The cc3d tap set that holds every nonzero weight of a kernel of `size`
+ * (CS_CC3D_DIAMOND where it suffices), or -1 when cc3d does not run it:
+ * a cube of side 3, 5 or 7 (7 only as a diamond), host weights known.
+ */
+int
+cs_cuda_cc3d_shape(const int size[3], const double *weights);
+
+/*
+ * One step of a kernel that cs_cuda_cc3d_shape accepts, streaming along
+ * z; the contract of cs_cuda_core_step otherwise.
+ */
+cs_status
+cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k);
 
 /* ---- tc2d.cu ---------------------------------------------------------- */

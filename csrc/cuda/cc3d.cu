@@ -1,0 +1,362 @@
+/*
+ * cc3d.cu -- 3D stencils of side 3, 5 or 7 on CUDA cores, streaming along
+ * z (the 2.5D blocking of the founding notes): every input plane is read
+ * from global memory once per block and feeds every output plane that
+ * needs it.
+ *
+ * A block of 256 threads owns an output column of 64 x 16 points (x, y)
+ * and zc consecutive planes.  It walks the input planes z0 - r ..
+ * z0 + zc - 1 + r in order; plane j goes into one of two shared-memory
+ * tiles (16 + 2r) x (64 + 2r) while the block computes plane j - 1 from
+ * the other, so one barrier per plane suffices and the loads of the next
+ * plane are in flight during the arithmetic of this one.  (On the H100,
+ * 64 x 16 ran 2 to 4% faster than 32 x 32 tiles and than 8 rows per
+ * thread, whose registers spill.)
+ *
+ * Thread (tx, ty) computes CY = 4 consecutive rows of column tx (register
+ * tiling along y): for each input plane it reads the (CY + 2r) x (2r + 1)
+ * neighbourhood once and adds it, times the weights, into the
+ * accumulators of the K output planes the input plane feeds: acc[s][c]
+ * holds output plane o (s = o mod K, a rotation fixed at compile time by
+ * unrolling the plane loop K times), so an input plane is read once for
+ * K outputs.  After input plane z_in the output plane z_in - r is
+ * complete: it is stored, and its accumulators start the plane K later.
+ *
+ * Taps: every tap of the K^3 box (CC3D_BOX), or only those within
+ * distance r in the 1-norm (CC3D_DIAMOND: a 7-point star and its powers,
+ * the fused heat3d kernels), fixed at compile time so the loops have no
+ * branch on the weights.  The weights travel in the launch parameters
+ * (the constant bank: warp-uniform operands of the FMAs).
+ *
+ * Loads past the padded grid (a tile over the far edge in x, y or z)
+ * read as zero; they feed only outputs outside the grid, not stored.
+ */
+#include "kernels.cuh"
+
+#include <limits.h>
+#include <string.h>
+
+#ifndef CC3D_BX
+#define CC3D_BX 64                      /* threads (columns) along x */
+#define CC3D_BY 4                       /* threads along y */
+#define CC3D_CY 4                       /* rows per thread */
+#define CC3D_MINB 2                     /* blocks per SM (registers) */
+#endif
+#define CC3D_THREADS (CC3D_BX * CC3D_BY)
+#define CC3D_TY (CC3D_BY * CC3D_CY)     /* output rows per block */
+#define CC3D_MAX_K 7
+
+typedef struct cc3d_params {
+    const double *in; /* origins */
+    double *out;
+    ptrdiff_t in_pitch, in_plane, out_pitch, out_plane;
+    ptrdiff_t nz, ny, nx;
+    ptrdiff_t lim_z, lim_y, lim_x; /* n + halo of `in`: first unreadable */
+    ptrdiff_t tiles_x;             /* blockIdx.x = tile_y * tiles_x + tile_x */
+    ptrdiff_t zc;                  /* output planes per block */
+    ptrdiff_t zb0;                 /* z block of blockIdx.y == 0 */
+    double w[CC3D_MAX_K * CC3D_MAX_K * CC3D_MAX_K]; /* K^3, C order */
+} cc3d_params;
+
+static __host__ __device__ constexpr int
+cc3d_abs(int v)
+{
+    return v < 0 ? -v : v;
+}
+
+/* Whether tap (dz, dy, dx) of a K^3 kernel is computed. */
+template <int K, int SHAPE>
+static __host__ __device__ constexpr bool
+cc3d_tap(int dz, int dy, int dx)
+{
+    return SHAPE == CS_CC3D_BOX
+           || cc3d_abs(dz - (K - 1) / 2) + cc3d_abs(dy - (K - 1) / 2)
+                      + cc3d_abs(dx - (K - 1) / 2)
+                  <= (K - 1) / 2;
+}
+
+/*
+ * Input plane z (whole plane index; may lie in the far halo or past it)
+ * of this thread's loader elements into v: element k is tile entry
+ * threadIdx.x + k * CC3D_THREADS, at offset goff[k] within a plane,
+ * readable when ok bit k is set and z < lim_z.
+ */
+template <int LOADS>
+static __device__ __forceinline__ void
+cc3d_fetch(double (&v)[LOADS], const cc3d_params &p, ptrdiff_t z,
+           const ptrdiff_t (&goff)[LOADS], unsigned ok)
+{
+    const double *plane = p.in + z * p.in_plane;
+    const bool z_ok = z < p.lim_z;
+#pragma unroll
+    for (int k = 0; k < LOADS; k++) {
+        v[k] = (z_ok && ((ok >> k) & 1u)) ? plane[goff[k]] : 0.0;
+    }
+}
+
+template <int LOADS, int TILE>
+static __device__ __forceinline__ void
+cc3d_put(double *tile, const double (&v)[LOADS])
+{
+#pragma unroll
+    for (int k = 0; k < LOADS; k++) {
+        const int e = (int)threadIdx.x + k * CC3D_THREADS;
+        if (TILE % CC3D_THREADS == 0 || e < TILE) {
+            tile[e] = v[k];
+        }
+    }
+}
+
+/*
+ * One input plane (its shared tile at `t`, this thread's column and
+ * first row) into the accumulators: acc[(U + 2r - dz) % K] receives
+ * weight plane dz (the output plane that input plane feeds through dz).
+ */
+template <int K, int SHAPE, int U>
+static __device__ __forceinline__ void
+cc3d_plane(double (&acc)[K][CC3D_CY], const double *t, const cc3d_params &p)
+{
+    constexpr int R = (K - 1) / 2;
+    constexpr int SX = CC3D_BX + K - 1;
+#pragma unroll
+    for (int rr = 0; rr < CC3D_CY + K - 1; rr++) {
+#pragma unroll
+        for (int dx = 0; dx < K; dx++) {
+            const double v = t[rr * SX + dx];
+#pragma unroll
+            for (int c = 0; c < CC3D_CY; c++) {
+                const int dy = rr - c;
+                if (dy < 0 || dy >= K) {
+                    continue;
+                }
+#pragma unroll
+                for (int dz = 0; dz < K; dz++) {
+                    if (!cc3d_tap<K, SHAPE>(dz, dy, dx)) {
+                        continue;
+                    }
+                    const int s = (U + 2 * R - dz) % K;
+                    acc[s][c] = fma(p.w[(dz * K + dy) * K + dx], v, acc[s][c]);
+                }
+            }
+        }
+    }
+}
+
+/* Output plane o of this thread's rows from acc[S]; then acc[S] = 0. */
+template <int K, int S>
+static __device__ __forceinline__ void
+cc3d_store(double (&acc)[K][CC3D_CY], const cc3d_params &p, ptrdiff_t o,
+           ptrdiff_t y, ptrdiff_t x, bool store)
+{
+    double *row = p.out + o * p.out_plane + y * p.out_pitch + x;
+#pragma unroll
+    for (int c = 0; c < CC3D_CY; c++) {
+        if (store && y + c < p.ny && x < p.nx) {
+            row[c * p.out_pitch] = acc[S][c];
+        }
+        acc[S][c] = 0.0;
+    }
+}
+
+/*
+ * Input plane j of the block (z = z0 - r + j): prefetch plane j + 1,
+ * add plane j, store the output plane it completes, put plane j + 1 into
+ * the other tile, barrier.  U = j % K, fixed by the caller's unrolling.
+ */
+template <int K, int SHAPE, int U, int LOADS, int TILE>
+static __device__ __forceinline__ void
+cc3d_step(double (&acc)[K][CC3D_CY], double (&nxt)[LOADS], double *tiles,
+          const cc3d_params &p, int j, int planes, ptrdiff_t z0,
+          const ptrdiff_t (&goff)[LOADS], unsigned ok, int toff, ptrdiff_t y,
+          ptrdiff_t x)
+{
+    constexpr int R = (K - 1) / 2;
+    if (j + 1 < planes) {
+        cc3d_fetch<LOADS>(nxt, p, z0 - R + j + 1, goff, ok);
+    }
+    cc3d_plane<K, SHAPE, U>(acc, tiles + (j & 1) * TILE + toff, p);
+    /* output plane z0 - 2r + j is complete; planes before z0 are not
+       this block's (their inputs started mid-way) */
+    cc3d_store<K, U>(acc, p, z0 - 2 * R + j, y, x, j >= 2 * R);
+    if (j + 1 < planes) {
+        cc3d_put<LOADS, TILE>(tiles + ((j + 1) & 1) * TILE, nxt);
+    }
+    __syncthreads();
+}
+
+template <int K, int SHAPE>
+__global__ void __launch_bounds__(CC3D_THREADS, CC3D_MINB)
+cc3d_kernel(const cc3d_params p)
+{
+    constexpr int R = (K - 1) / 2;
+    constexpr int SY = CC3D_TY + K - 1;
+    constexpr int SX = CC3D_BX + K - 1;
+    constexpr int TILE = SY * SX;
+    constexpr int LOADS = (TILE + CC3D_THREADS - 1) / CC3D_THREADS;
+    static_assert(LOADS <= 32, "loader bits");
+    __shared__ double tiles[2 * TILE];
+
+    const int tx = (int)threadIdx.x % CC3D_BX;
+    const int ty = (int)threadIdx.x / CC3D_BX;
+    const ptrdiff_t x0 = (ptrdiff_t)(blockIdx.x % p.tiles_x) * CC3D_BX;
+    const ptrdiff_t y0 = (ptrdiff_t)(blockIdx.x / p.tiles_x) * CC3D_TY;
+    const ptrdiff_t z0 = (p.zb0 + blockIdx.y) * p.zc;
+    const ptrdiff_t z1 = z0 + p.zc < p.nz ? z0 + p.zc : p.nz;
+    const int planes = (int)(z1 - z0) + K - 1;
+
+    /* this thread's loader elements of a plane's tile */
+    ptrdiff_t goff[LOADS];
+    unsigned ok = 0;
+#pragma unroll
+    for (int k = 0; k < LOADS; k++) {
+        const int e = (int)threadIdx.x + k * CC3D_THREADS;
+        const int r = e / SX, c = e % SX;
+        const ptrdiff_t gy = y0 - R + r, gx = x0 - R + c;
+        goff[k] = gy * p.in_pitch + gx;
+        if (e < TILE && gy < p.lim_y && gx < p.lim_x) {
+            ok |= 1u << k;
+        }
+    }
+
+    double acc[K][CC3D_CY];
+#pragma unroll
+    for (int s = 0; s < K; s++) {
+#pragma unroll
+        for (int c = 0; c < CC3D_CY; c++) {
+            acc[s][c] = 0.0;
+        }
+    }
+    double nxt[LOADS];
+    cc3d_fetch<LOADS>(nxt, p, z0 - R, goff, ok);
+    cc3d_put<LOADS, TILE>(tiles, nxt);
+    __syncthreads();
+
+    const int toff = ty * CC3D_CY * SX + tx;
+    const ptrdiff_t y = y0 + ty * CC3D_CY, x = x0 + tx;
+    for (int jb = 0; jb < planes; jb += K) {
+        /* the rotation of acc needs j % K at compile time: K steps */
+#define CC3D_STEP(U)                                                          \
+    if (U < K && jb + U < planes) {                                           \
+        cc3d_step<K, SHAPE, U % K, LOADS, TILE>(acc, nxt, tiles, p, jb + U,   \
+                                                planes, z0, goff, ok, toff, y, \
+                                                x);                           \
+    }
+        CC3D_STEP(0)
+        CC3D_STEP(1)
+        CC3D_STEP(2)
+        CC3D_STEP(3)
+        CC3D_STEP(4)
+        CC3D_STEP(5)
+        CC3D_STEP(6)
+#undef CC3D_STEP
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * host
+ * --------------------------------------------------------------------- */
+
+int
+cs_cuda_cc3d_shape(const int size[3], const double *weights)
+{
+    const int k = size[0];
+    if (weights == NULL || k != size[1] || k != size[2]
+        || (k != 3 && k != 5 && k != 7)) {
+        return -1;
+    }
+    const int r = (k - 1) / 2;
+    for (int dz = 0; dz < k; dz++) {
+        for (int dy = 0; dy < k; dy++) {
+            for (int dx = 0; dx < k; dx++) {
+                const int d = cc3d_abs(dz - r) + cc3d_abs(dy - r)
+                              + cc3d_abs(dx - r);
+                if (d > r && weights[(dz * k + dy) * k + dx] != 0.0) {
+                    /* the 7 x 7 x 7 box: more taps than it pays to
+                       stream (343 per point); the generic kernel */
+                    return k == 7 ? -1 : CS_CC3D_BOX;
+                }
+            }
+        }
+    }
+    return CS_CC3D_DIAMOND;
+}
+
+template <int K, int SHAPE>
+static cs_status
+cc3d_launch(cs_cuda_ctx *ctx, cc3d_params *p, ptrdiff_t tiles_xy,
+            ptrdiff_t zblocks, const char *name)
+{
+    for (p->zb0 = 0; p->zb0 < zblocks; p->zb0 += 65535) {
+        const ptrdiff_t nb =
+            zblocks - p->zb0 < 65535 ? zblocks - p->zb0 : 65535;
+        dim3 grid((unsigned)tiles_xy, (unsigned)nb);
+        cc3d_kernel<K, SHAPE><<<grid, CC3D_THREADS, 0, ctx->stream>>>(*p);
+        CS_TRY(cs_cuda_check_launch(ctx, name));
+    }
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_dkernel *k)
+{
+    const int ks = k->size[0];
+    const int r = (ks - 1) / 2;
+    const int shape = cs_cuda_cc3d_shape(k->size, k->host_weights);
+    int ok = in->origin != NULL && out->origin != NULL
+             && in->origin != out->origin && shape >= 0;
+    for (int a = 0; a < 3 && ok; a++) {
+        ok = in->n[a] == out->n[a] && in->n[a] >= 1 && in->halo[a] >= r;
+    }
+    if (!ok) {
+        cs_cuda_message(ctx, "cs_cuda_cc3d_step: invalid grids or kernel");
+        return CS_ERR_INVALID;
+    }
+    cc3d_params p;
+    memset(&p, 0, sizeof(p));
+    p.in = in->origin;
+    p.out = out->origin;
+    p.in_pitch = in->pitch;
+    p.in_plane = in->plane;
+    p.out_pitch = out->pitch;
+    p.out_plane = out->plane;
+    p.nz = in->n[0];
+    p.ny = in->n[1];
+    p.nx = in->n[2];
+    p.lim_z = in->n[0] + in->halo[0];
+    p.lim_y = in->n[1] + in->halo[1];
+    p.lim_x = in->n[2] + in->halo[2];
+    memcpy(p.w, k->host_weights, (size_t)ks * ks * ks * sizeof(double));
+    const ptrdiff_t tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)CC3D_BX);
+    const ptrdiff_t tiles_xy = tiles_x * CEIL_DIV(p.ny, (ptrdiff_t)CC3D_TY);
+    if (tiles_xy > INT_MAX) {
+        cs_cuda_message(ctx, "cc3d_kernel: grid plane of %td x %td is too "
+                             "large", p.ny, p.nx);
+        return CS_ERR_UNSUPPORTED;
+    }
+    p.tiles_x = tiles_x;
+    /* planes per block: about 2048 blocks in all (several waves of the
+       H100's 132 SMs), between 8 and 64 planes so that the 2r planes a
+       block reads beyond its own stay a small share */
+    ptrdiff_t zc = CEIL_DIV(p.nz * tiles_xy, (ptrdiff_t)2048);
+    zc = zc < 8 ? 8 : (zc > 64 ? 64 : zc);
+    p.zc = zc < p.nz ? zc : p.nz;
+    const ptrdiff_t zblocks = CEIL_DIV(p.nz, p.zc);
+    switch (ks * 2 + (shape == CS_CC3D_DIAMOND)) {
+    case 6: return cc3d_launch<3, CS_CC3D_BOX>(ctx, &p, tiles_xy, zblocks,
+                                               "cc3d_kernel<3, box>");
+    case 7: return cc3d_launch<3, CS_CC3D_DIAMOND>(ctx, &p, tiles_xy, zblocks,
+                                                   "cc3d_kernel<3, diamond>");
+    case 10: return cc3d_launch<5, CS_CC3D_BOX>(ctx, &p, tiles_xy, zblocks,
+                                                "cc3d_kernel<5, box>");
+    case 11: return cc3d_launch<5, CS_CC3D_DIAMOND>(ctx, &p, tiles_xy,
+                                                    zblocks,
+                                                    "cc3d_kernel<5, diamond>");
+    case 15: return cc3d_launch<7, CS_CC3D_DIAMOND>(ctx, &p, tiles_xy,
+                                                    zblocks,
+                                                    "cc3d_kernel<7, diamond>");
+    default: break;
+    }
+    cs_cuda_message(ctx, "cs_cuda_cc3d_step: no instance for side %d", ks);
+    return CS_ERR_UNSUPPORTED;
+}
