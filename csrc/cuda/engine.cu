@@ -469,6 +469,16 @@ check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
     return CS_OK;
 }
 
+/* Whether cc3d runs this kernel (a 3D kernel of several planes). */
+static int
+cc3d_streams(const cs_kernel *kernel)
+{
+    const int size[3] = {(int)kernel->size[0], (int)kernel->size[1],
+                         (int)kernel->size[2]};
+    return kernel->size[0] > 1
+           && cs_cuda_cc3d_shape(size, kernel->weights) >= 0;
+}
+
 /*
  * Is there a device, and may `path` run `kernel` on it?  Sets *use_tc and
  * *smem_optin (shared memory a block may opt into).
@@ -529,10 +539,35 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
         return CS_ERR_UNSUPPORTED;
     }
     /* AUTO: tensor cores wherever they run the kernel, measured faster
-       than CUDA cores for every preset in 1D, 2D and 3D
+       than CUDA cores for every preset in 1D and 2D; in 3D the kernels
+       that cc3d streams along z (cubes of side 3 and 5, 7-point stars
+       and their powers) run faster on CUDA cores
        (benchmarks/results/h100_1d.md, h100_2d.md, h100_3d.md) */
     *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
-              || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw);
+              || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw
+                  && !cc3d_streams(kernel));
+    return CS_OK;
+}
+
+/* CONVSTENCIL_CUDA_MAX_DEPTH into *cap (0 when it is not set). */
+static cs_status
+env_max_depth(cs_cuda_ctx *ctx, long *cap)
+{
+    *cap = 0;
+    const char *env = getenv("CONVSTENCIL_CUDA_MAX_DEPTH");
+    if (env == NULL || env[0] == '\0') {
+        return CS_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || v < 1) {
+        cs_cuda_message(ctx, "CONVSTENCIL_CUDA_MAX_DEPTH must be an integer "
+                             ">= 1, not \"%s\"",
+                        env);
+        return CS_ERR_INVALID;
+    }
+    *cap = v;
     return CS_OK;
 }
 
@@ -552,23 +587,15 @@ fusion_max_side(cs_cuda_ctx *ctx, const cs_kernel *kernel,
     for (int a = 0; a < 3; a++) {
         max_side[a] = fold->active ? (a == 2 ? 31 : 1) : 7;
     }
-    const char *env = getenv("CONVSTENCIL_CUDA_MAX_DEPTH");
-    if (env == NULL || env[0] == '\0') {
+    long cap = 0;
+    CS_TRY(env_max_depth(ctx, &cap));
+    if (cap == 0) {
         if (kernel->size[0] > 1) {
             for (int a = 0; a < 3; a++) {
                 max_side[a] = kernel->size[a]; /* depth 1 */
             }
         }
         return CS_OK;
-    }
-    char *end = NULL;
-    errno = 0;
-    const long cap = strtol(env, &end, 10);
-    if (errno != 0 || end == env || *end != '\0' || cap < 1) {
-        cs_cuda_message(ctx, "CONVSTENCIL_CUDA_MAX_DEPTH must be an integer "
-                             ">= 1, not \"%s\"",
-                        env);
-        return CS_ERR_INVALID;
     }
     for (int a = 0; a < 3; a++) {
         if (kernel->size[a] > 1 && cap < max_side[a]) {
@@ -667,6 +694,47 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
     return CS_OK;
 }
 
+/*
+ * Fusion plan of the CUDA-core path: a 7-point star in 3D (cc3d's
+ * diamond of side 3) fuses two steps into one cc3d pass of its square,
+ * a diamond of side 5, which streams at 1.8 times the rate of single
+ * steps; three steps (side 7) and fused boxes run slower than they save
+ * (benchmarks/results/h100_3d_depth.md).  Every other kernel runs step
+ * by step.  CONVSTENCIL_CUDA_MAX_DEPTH caps the depth here too.
+ */
+static cs_status
+plan_cuda_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
+               long steps, cs_mode mode, const ptrdiff_t shape[3],
+               const fold1d *fold, cs_fusion_plan *plan)
+{
+    const int size[3] = {(int)kernel->size[0], (int)kernel->size[1],
+                         (int)kernel->size[2]};
+    long cap = 0;
+    CS_TRY(env_max_depth(ctx, &cap));
+    const long depth = cap == 0 || cap > 2 ? 2 : cap;
+    if (fold->active || size[0] != 3 || depth < 2
+        || cs_cuda_cc3d_shape(size, kernel->weights) != CS_CC3D_DIAMOND) {
+        return CS_OK; /* step by step: the plan as it is */
+    }
+    const ptrdiff_t max_side[3] = {2 * depth + 1, 2 * depth + 1,
+                                   2 * depth + 1};
+    cs_status st =
+        cs_fusion_plan_make(kernel, steps, mode, shape, max_side, plan);
+    if (st == CS_OK && plan->depth == 1) {
+        /* no fused pass after all (one step, or a grid narrower than the
+           band's strips): every step is a single CUDA-core step */
+        plan->passes = 0;
+        plan->remainder = steps;
+    } else if (st == CS_OK) {
+        st = cs_kernel_compose(kernel, plan->depth, &s->composed);
+    }
+    if (st != CS_OK) {
+        cs_cuda_message(ctx, "CUDA-core plan (depth %d): %s", plan->depth,
+                        cs_status_string(st));
+    }
+    return st;
+}
+
 static cs_status
 upload(cs_cuda_ctx *ctx, char *dst, const void *src, size_t bytes,
        const char *what)
@@ -712,6 +780,13 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
         /* axis a's strip grid: both edge strips stacked along a */
         n_strip[a][a] = 2 * plan->strip[a];
     }
+    /* a fused CUDA-core pass (cc3d) runs the composed kernel */
+    const int cc_fused = !use_tc && plan->depth > 1;
+    if (cc_fused) {
+        for (int a = 0; a < 3; a++) {
+            halo[a] = (s->composed.size[a] - 1) / 2;
+        }
+    }
     if (use_tc) {
         /* the fused kernel's reach in z and y, and the 3 columns of X */
         halo[0] = (s->composed.size[0] - 1) / 2;
@@ -724,21 +799,25 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     int ok = geom_make(shape, halo, &gmain);
     for (int a = 0; a < 3; a++) {
         /* a fold replays its two ends instead (fold1d.cu) */
-        jobs[a].active = use_tc && plan->needs_band && plan->band[a] > 0
+        jobs[a].active = plan->needs_band && plan->band[a] > 0
                          && !fold->active;
         if (jobs[a].active) {
             ok = ok && geom_make(n_strip[a], r, &gstrip[a]);
         }
     }
     const size_t kbytes = (size_t)cs_kernel_count(kernel) * sizeof(double);
+    const size_t cbytes =
+        cc_fused ? (size_t)cs_kernel_count(&s->composed) * sizeof(double)
+                 : 0;
     const size_t wbytes = use_tc ? s->w_count * sizeof(double) : 0;
     const size_t lbytes =
         use_tc ? (size_t)4 * s->layout.in_cols * sizeof(int) : 0;
     size_t top = 0, off_main[2] = {0, 0}, off_strip[3][2] = {{0}};
-    size_t off_w = 0, off_wa = 0, off_wb = 0, off_lut = 0;
+    size_t off_w = 0, off_wc = 0, off_wa = 0, off_wb = 0, off_lut = 0;
     ok = ok && arena_take(&top, gmain.bytes, &off_main[0])
          && arena_take(&top, gmain.bytes, &off_main[1])
          && arena_take(&top, kbytes, &off_w)
+         && arena_take(&top, cbytes, &off_wc)
          && arena_take(&top, wbytes, &off_wa)
          && arena_take(&top, wbytes, &off_wb)
          && arena_take(&top, lbytes, &off_lut);
@@ -800,8 +879,15 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     }
     cs_dkernel dk;
     dk.weights = (const double *)(arena + off_w);
+    dk.host_weights = kernel->weights;
+    cs_dkernel dkc = dk; /* a fused CUDA-core pass: the composed kernel */
     for (int a = 0; a < 3; a++) {
         dk.size[a] = (int)kernel->size[a];
+        dkc.size[a] = cc_fused ? (int)s->composed.size[a] : dk.size[a];
+    }
+    if (cc_fused) {
+        dkc.weights = (const double *)(arena + off_wc);
+        dkc.host_weights = s->composed.weights;
     }
     cs_tc3d_plan tc3 = s->planes; /* tc3d: the planes; tc3.tile: both */
     cs_tc2d_plan *tc = &tc3.tile;
@@ -823,6 +909,10 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
        buffer, repacked into the padded one on the device ---- */
     CS_TRY(upload(ctx, arena + off_w, kernel->weights, kbytes,
                   "cudaMemcpyAsync (upload weights)"));
+    if (cc_fused) {
+        CS_TRY(upload(ctx, arena + off_wc, s->composed.weights, cbytes,
+                      "cudaMemcpyAsync (upload fused weights)"));
+    }
     if (use_tc) {
         CS_TRY(upload(ctx, arena + off_wa, s->wa_host, wbytes,
                       "cudaMemcpyAsync (upload weight matrix A)"));
@@ -845,7 +935,9 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
         if (banded) {
             CS_TRY(bands_start(ctx, s, jobs, &g[cur], plan, &dk, mode, cval));
         }
-        if (s->use_tc3d) {
+        if (cc_fused) {
+            CS_TRY(cs_cuda_core_step(ctx, &g[cur], &g[1 - cur], &dkc));
+        } else if (s->use_tc3d) {
             CS_TRY(cs_cuda_tc3d_pass(ctx, &g[cur], &g[1 - cur], &tc3));
         } else if (tc->payload > 7) {
             CS_TRY(cs_cuda_tc1d_pass(ctx, &g[cur], &g[1 - cur], tc));
@@ -952,6 +1044,9 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
     if (use_tc) {
         st = plan_tensor_core(&ctx, &s, kernel, steps, mode, shape, &fold,
                               smem_optin, &plan);
+    } else {
+        st = plan_cuda_core(&ctx, &s, kernel, steps, mode, shape, &fold,
+                            &plan);
     }
     if (st == CS_OK) {
         if (info != NULL) {
