@@ -73,6 +73,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--save", default="")
     args = ap.parse_args()
+    os.environ.pop("CONVSTENCIL_CUDA_MAX_DEPTH", None)
     shape = tuple(int(v) for v in args.size.split("x"))
     import subprocess
     try:
@@ -88,8 +89,12 @@ def main():
         w = cs.Stencil(name).weights
         for depth in range(1, args.max_depth + 1):
             wd = compose(w, depth)
+            # the composed kernel as it is: the engine must not fuse it
+            # further (it would fuse a 7-point star's depth 1)
+            os.environ["CONVSTENCIL_CUDA_MAX_DEPTH"] = "1"
             rate, steps, info = median_rate(grid, args.min_seconds,
                                             args.repeat, depth, weights=wd)
+            del os.environ["CONVSTENCIL_CUDA_MAX_DEPTH"]
             print("%-9s depth %d (kernel %s, pass only): %.1f GStencils/s"
                   % (name, depth, "x".join(map(str, wd.shape)), rate),
                   flush=True)

@@ -11,7 +11,8 @@
  * the other, so one barrier per plane suffices and the loads of the next
  * plane are in flight during the arithmetic of this one.  (On the H100,
  * 64 x 16 ran 2 to 4% faster than 32 x 32 tiles and than 8 rows per
- * thread, whose registers spill.)
+ * thread, whose registers spill.)  Grids at most 16 columns wide, such as
+ * the band fix-up's strips along x, take tiles of 8 x 128 instead.
  *
  * Thread (tx, ty) computes CY = 4 consecutive rows of column tx (register
  * tiling along y): for each input plane it reads the (CY + 2r) x (2r + 1)
@@ -36,15 +37,15 @@
 #include <limits.h>
 #include <string.h>
 
-#ifndef CC3D_BX
-#define CC3D_BX 64                      /* threads (columns) along x */
-#define CC3D_BY 4                       /* threads along y */
+#define CC3D_THREADS 256
 #define CC3D_CY 4                       /* rows per thread */
 #define CC3D_MINB 2                     /* blocks per SM (registers) */
-#endif
-#define CC3D_THREADS (CC3D_BX * CC3D_BY)
-#define CC3D_TY (CC3D_BY * CC3D_CY)     /* output rows per block */
+#define CC3D_WIDE 64                    /* threads along x: 64 x 16 tiles */
+#define CC3D_NARROW 8                   /* threads along x: 8 x 128 tiles */
 #define CC3D_MAX_K 7
+
+/* output rows of a tile whose rows are BX threads wide */
+#define CC3D_TY(BX) (CC3D_THREADS / (BX) * CC3D_CY)
 
 typedef struct cc3d_params {
     const double *in; /* origins */
@@ -112,12 +113,12 @@ cc3d_put(double *tile, const double (&v)[LOADS])
  * first row) into the accumulators: acc[(U + 2r - dz) % K] receives
  * weight plane dz (the output plane that input plane feeds through dz).
  */
-template <int K, int SHAPE, int U>
+template <int K, int SHAPE, int BX, int U>
 static __device__ __forceinline__ void
 cc3d_plane(double (&acc)[K][CC3D_CY], const double *t, const cc3d_params &p)
 {
     constexpr int R = (K - 1) / 2;
-    constexpr int SX = CC3D_BX + K - 1;
+    constexpr int SX = BX + K - 1;
 #pragma unroll
     for (int rr = 0; rr < CC3D_CY + K - 1; rr++) {
 #pragma unroll
@@ -163,7 +164,7 @@ cc3d_store(double (&acc)[K][CC3D_CY], const cc3d_params &p, ptrdiff_t o,
  * add plane j, store the output plane it completes, put plane j + 1 into
  * the other tile, barrier.  U = j % K, fixed by the caller's unrolling.
  */
-template <int K, int SHAPE, int U, int LOADS, int TILE>
+template <int K, int SHAPE, int BX, int U, int LOADS, int TILE>
 static __device__ __forceinline__ void
 cc3d_step(double (&acc)[K][CC3D_CY], double (&nxt)[LOADS], double *tiles,
           const cc3d_params &p, int j, int planes, ptrdiff_t z0,
@@ -174,7 +175,7 @@ cc3d_step(double (&acc)[K][CC3D_CY], double (&nxt)[LOADS], double *tiles,
     if (j + 1 < planes) {
         cc3d_fetch<LOADS>(nxt, p, z0 - R + j + 1, goff, ok);
     }
-    cc3d_plane<K, SHAPE, U>(acc, tiles + (j & 1) * TILE + toff, p);
+    cc3d_plane<K, SHAPE, BX, U>(acc, tiles + (j & 1) * TILE + toff, p);
     /* output plane z0 - 2r + j is complete; planes before z0 are not
        this block's (their inputs started mid-way) */
     cc3d_store<K, U>(acc, p, z0 - 2 * R + j, y, x, j >= 2 * R);
@@ -184,22 +185,23 @@ cc3d_step(double (&acc)[K][CC3D_CY], double (&nxt)[LOADS], double *tiles,
     __syncthreads();
 }
 
-template <int K, int SHAPE>
+template <int K, int SHAPE, int BX>
 __global__ void __launch_bounds__(CC3D_THREADS, CC3D_MINB)
 cc3d_kernel(const cc3d_params p)
 {
     constexpr int R = (K - 1) / 2;
-    constexpr int SY = CC3D_TY + K - 1;
-    constexpr int SX = CC3D_BX + K - 1;
+    constexpr int TY = CC3D_TY(BX);
+    constexpr int SY = TY + K - 1;
+    constexpr int SX = BX + K - 1;
     constexpr int TILE = SY * SX;
     constexpr int LOADS = (TILE + CC3D_THREADS - 1) / CC3D_THREADS;
     static_assert(LOADS <= 32, "loader bits");
     __shared__ double tiles[2 * TILE];
 
-    const int tx = (int)threadIdx.x % CC3D_BX;
-    const int ty = (int)threadIdx.x / CC3D_BX;
-    const ptrdiff_t x0 = (ptrdiff_t)(blockIdx.x % p.tiles_x) * CC3D_BX;
-    const ptrdiff_t y0 = (ptrdiff_t)(blockIdx.x / p.tiles_x) * CC3D_TY;
+    const int tx = (int)threadIdx.x % BX;
+    const int ty = (int)threadIdx.x / BX;
+    const ptrdiff_t x0 = (ptrdiff_t)(blockIdx.x % p.tiles_x) * BX;
+    const ptrdiff_t y0 = (ptrdiff_t)(blockIdx.x / p.tiles_x) * TY;
     const ptrdiff_t z0 = (p.zb0 + blockIdx.y) * p.zc;
     const ptrdiff_t z1 = z0 + p.zc < p.nz ? z0 + p.zc : p.nz;
     const int planes = (int)(z1 - z0) + K - 1;
@@ -237,7 +239,8 @@ cc3d_kernel(const cc3d_params p)
         /* the rotation of acc needs j % K at compile time: K steps */
 #define CC3D_STEP(U)                                                          \
     if (U < K && jb + U < planes) {                                           \
-        cc3d_step<K, SHAPE, U % K, LOADS, TILE>(acc, nxt, tiles, p, jb + U,   \
+        cc3d_step<K, SHAPE, BX, U % K, LOADS, TILE>(acc, nxt, tiles, p,       \
+                                                    jb + U,                   \
                                                 planes, z0, goff, ok, toff, y, \
                                                 x);                           \
     }
@@ -281,16 +284,33 @@ cs_cuda_cc3d_shape(const int size[3], const double *weights)
     return CS_CC3D_DIAMOND;
 }
 
-template <int K, int SHAPE>
+/* Launch the <K, SHAPE, BX> instance over the grid's tiles and z blocks
+   (p->tiles_x, p->zc and the rest of *p filled in here). */
+template <int K, int SHAPE, int BX>
 static cs_status
-cc3d_launch(cs_cuda_ctx *ctx, cc3d_params *p, ptrdiff_t tiles_xy,
-            ptrdiff_t zblocks, const char *name)
+cc3d_launch(cs_cuda_ctx *ctx, cc3d_params *p, const char *name)
 {
+    const ptrdiff_t tiles_x = CEIL_DIV(p->nx, (ptrdiff_t)BX);
+    const ptrdiff_t tiles_xy =
+        tiles_x * CEIL_DIV(p->ny, (ptrdiff_t)CC3D_TY(BX));
+    if (tiles_xy > INT_MAX) {
+        cs_cuda_message(ctx, "%s: grid plane of %td x %td is too large", name,
+                        p->ny, p->nx);
+        return CS_ERR_UNSUPPORTED;
+    }
+    p->tiles_x = tiles_x;
+    /* planes per block: about 2048 blocks in all (several waves of the
+       H100's 132 SMs), between 8 and 64 planes so that the 2r planes a
+       block reads beyond its own stay a small share */
+    ptrdiff_t zc = CEIL_DIV(p->nz * tiles_xy, (ptrdiff_t)2048);
+    zc = zc < 8 ? 8 : (zc > 64 ? 64 : zc);
+    p->zc = zc < p->nz ? zc : p->nz;
+    const ptrdiff_t zblocks = CEIL_DIV(p->nz, p->zc);
     for (p->zb0 = 0; p->zb0 < zblocks; p->zb0 += 65535) {
         const ptrdiff_t nb =
             zblocks - p->zb0 < 65535 ? zblocks - p->zb0 : 65535;
         dim3 grid((unsigned)tiles_xy, (unsigned)nb);
-        cc3d_kernel<K, SHAPE><<<grid, CC3D_THREADS, 0, ctx->stream>>>(*p);
+        cc3d_kernel<K, SHAPE, BX><<<grid, CC3D_THREADS, 0, ctx->stream>>>(*p);
         CS_TRY(cs_cuda_check_launch(ctx, name));
     }
     return CS_OK;
@@ -327,34 +347,24 @@ cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.lim_y = in->n[1] + in->halo[1];
     p.lim_x = in->n[2] + in->halo[2];
     memcpy(p.w, k->host_weights, (size_t)ks * ks * ks * sizeof(double));
-    const ptrdiff_t tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)CC3D_BX);
-    const ptrdiff_t tiles_xy = tiles_x * CEIL_DIV(p.ny, (ptrdiff_t)CC3D_TY);
-    if (tiles_xy > INT_MAX) {
-        cs_cuda_message(ctx, "cc3d_kernel: grid plane of %td x %td is too "
-                             "large", p.ny, p.nx);
-        return CS_ERR_UNSUPPORTED;
-    }
-    p.tiles_x = tiles_x;
-    /* planes per block: about 2048 blocks in all (several waves of the
-       H100's 132 SMs), between 8 and 64 planes so that the 2r planes a
-       block reads beyond its own stay a small share */
-    ptrdiff_t zc = CEIL_DIV(p.nz * tiles_xy, (ptrdiff_t)2048);
-    zc = zc < 8 ? 8 : (zc > 64 ? 64 : zc);
-    p.zc = zc < p.nz ? zc : p.nz;
-    const ptrdiff_t zblocks = CEIL_DIV(p.nz, p.zc);
-    switch (ks * 2 + (shape == CS_CC3D_DIAMOND)) {
-    case 6: return cc3d_launch<3, CS_CC3D_BOX>(ctx, &p, tiles_xy, zblocks,
-                                               "cc3d_kernel<3, box>");
-    case 7: return cc3d_launch<3, CS_CC3D_DIAMOND>(ctx, &p, tiles_xy, zblocks,
-                                                   "cc3d_kernel<3, diamond>");
-    case 10: return cc3d_launch<5, CS_CC3D_BOX>(ctx, &p, tiles_xy, zblocks,
-                                                "cc3d_kernel<5, box>");
-    case 11: return cc3d_launch<5, CS_CC3D_DIAMOND>(ctx, &p, tiles_xy,
-                                                    zblocks,
-                                                    "cc3d_kernel<5, diamond>");
-    case 15: return cc3d_launch<7, CS_CC3D_DIAMOND>(ctx, &p, tiles_xy,
-                                                    zblocks,
-                                                    "cc3d_kernel<7, diamond>");
+    /* grids a few columns wide (the band fix-up's strips along x) take
+       tiles 8 columns wide rather than 64, most of which would be idle */
+    const int narrow = p.nx <= 2 * CC3D_NARROW;
+    switch (ks * 4 + 2 * (shape == CS_CC3D_DIAMOND) + narrow) {
+    case 12: return cc3d_launch<3, CS_CC3D_BOX, CC3D_WIDE>(
+                 ctx, &p, "cc3d_kernel<3, box>");
+    case 13: return cc3d_launch<3, CS_CC3D_BOX, CC3D_NARROW>(
+                 ctx, &p, "cc3d_kernel<3, box, narrow>");
+    case 14: return cc3d_launch<3, CS_CC3D_DIAMOND, CC3D_WIDE>(
+                 ctx, &p, "cc3d_kernel<3, diamond>");
+    case 15: return cc3d_launch<3, CS_CC3D_DIAMOND, CC3D_NARROW>(
+                 ctx, &p, "cc3d_kernel<3, diamond, narrow>");
+    case 20: case 21: return cc3d_launch<5, CS_CC3D_BOX, CC3D_WIDE>(
+                 ctx, &p, "cc3d_kernel<5, box>");
+    case 22: case 23: return cc3d_launch<5, CS_CC3D_DIAMOND, CC3D_WIDE>(
+                 ctx, &p, "cc3d_kernel<5, diamond>");
+    case 30: case 31: return cc3d_launch<7, CS_CC3D_DIAMOND, CC3D_WIDE>(
+                 ctx, &p, "cc3d_kernel<7, diamond>");
     default: break;
     }
     cs_cuda_message(ctx, "cs_cuda_cc3d_step: no instance for side %d", ks);

@@ -439,6 +439,8 @@ int main(int argc, char **argv) {
     run_case(star5, 9, 34, 31, CS_MODE_CONSTANT, -1.0, 1, CC, false, "cuda-core", 1);
     run_case(dia7, 13, 9, 40, CS_MODE_MIRROR, 0.0, 2, CC, false, "cuda-core", 1);
     run_case(heat3d, 2, 3, 4, CS_MODE_CONSTANT, 0.25, 2, CC, false, "cuda-core", 1);
+    run_case(box27, 10, 140, 16, CS_MODE_REFLECT, 0.0, 1, CC, false, "cuda-core", 1);  // narrow
+    run_case(heat3d, 9, 130, 7, CS_MODE_WRAP, 0.0, 3, CC, false, "cuda-core", 2);     // narrow
     // a 7-point star fuses two steps into one pass of its square on the
     // CUDA-core path (band fix-ups but for wrap); AUTO takes that path
     run_case(heat3d, 19, 22, 70, CS_MODE_CONSTANT, 0.5, 5, CC, false, "cuda-core", 2);
