@@ -37,7 +37,6 @@ Needs CuPy and PyTorch (baselines only; the package imports neither).
 import argparse
 import math
 import os
-import subprocess
 import sys
 import time
 
@@ -50,20 +49,6 @@ import convstencil as cs  # noqa: E402
 
 SYSTEMS = {"convstencil-tc": "cuda-tc", "convstencil-cudacore": "cuda-core",
            "convstencil-auto": "cuda"}
-
-
-def parse_shape(text):
-    return tuple(int(v) for v in text.lower().split("x"))
-
-
-def device_name():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name",
-                              "--format=csv,noheader"], capture_output=True,
-                             text=True, check=True, timeout=30)
-        return out.stdout.strip().splitlines()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return cs._backends.cuda_device() or "unknown GPU"
 
 
 def steps_for(seconds_per_step, min_seconds, multiple):
@@ -210,11 +195,11 @@ def main():
         import torch
 
     rng = np.random.default_rng()
-    device = device_name()
+    device = common.device_name()
     prov = common.provenance(device)
-    sizes = {d: [parse_shape(t) for t in getattr(args, "size%dd" % d)
+    sizes = {d: [common.parse_shape(t) for t in getattr(args, "size%dd" % d)
                  .split(",")] for d in (1, 2, 3)}
-    odds = {d: [parse_shape(t) if t else None for t in
+    odds = {d: [common.parse_shape(t) if t else None for t in
                 getattr(args, "odd%dd" % d).split(",")] for d in (1, 2, 3)}
     # the copy floor: bandwidth of a copy far larger than the L2 cache
     points = 10240 * 10240

@@ -46,6 +46,22 @@ def provenance(device):
             "convstencil": cs.__version__}
 
 
+def parse_shape(text):
+    """'512x512x512' -> (512, 512, 512)."""
+    return tuple(int(v) for v in text.lower().split("x"))
+
+
+def device_name():
+    """The GPU as nvidia-smi names it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name",
+                              "--format=csv,noheader"], capture_output=True,
+                             text=True, check=True, timeout=30)
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return cs._backends.cuda_device() or "unknown GPU"
+
+
 def cpu_name():
     try:
         with open("/proc/cpuinfo") as f:

@@ -96,6 +96,13 @@ def expected_depth(weights, steps, shape, mode, max_depth=None, max_side=7):
     return depth
 
 
+def in_diamond(side):
+    """The taps of a side^3 kernel within side // 2 of the centre in the
+    1-norm (a 7-point star and its powers)."""
+    z, y, x = np.indices((side, side, side)) - side // 2
+    return np.abs(z) + np.abs(y) + np.abs(x) <= side // 2
+
+
 def streams_on_cuda_cores(weights):
     """Whether the GPU engine runs this kernel on CUDA cores streaming
     along z (cc3d), which AUTO prefers to tensor cores: a 3D kernel of
@@ -105,10 +112,7 @@ def streams_on_cuda_cores(weights):
     if w.ndim != 3 or w.shape[0] == 1 or len(set(w.shape)) != 1 \
             or w.shape[0] not in (3, 5, 7):
         return False
-    r = w.shape[0] // 2
-    z, y, x = np.indices(w.shape) - r
-    in_diamond = np.abs(z) + np.abs(y) + np.abs(x) <= r
-    return w.shape[0] < 7 or not np.any(w[~in_diamond])
+    return w.shape[0] < 7 or not np.any(w[~in_diamond(7)])
 
 
 def auto_path(weights):
@@ -121,10 +125,7 @@ def expected_cuda_core_depth(weights, steps, shape, mode, max_depth=None):
     `max_depth`, 1 for every other kernel and where the grid is too small
     for the band fix-up."""
     w = np.asarray(weights)
-    if w.shape != (3, 3, 3):
-        return 1
-    z, y, x = np.indices(w.shape) - 1
-    if np.any(w[np.abs(z) + np.abs(y) + np.abs(x) > 1]):
+    if w.shape != (3, 3, 3) or np.any(w[~in_diamond(3)]):
         return 1
     return expected_depth(w, steps, shape, mode,
                           max_depth=min(2, max_depth or 2), max_side=5)
@@ -301,8 +302,7 @@ def test_diamond_kernels_3d(side, mode, cval, rng):
     only those taps."""
     w = rng.uniform(0.1, 1.0, (side, side, side))
     w[rng.random(w.shape) < 0.2] *= -0.5
-    z, y, x = np.indices(w.shape) - side // 2
-    w[np.abs(z) + np.abs(y) + np.abs(x) > side // 2] = 0.0
+    w[~in_diamond(side)] = 0.0
     w /= np.abs(w).sum()
     for shape in SHAPES_3D + [(70, 40, 33)]:
         grid = rng.standard_normal(shape)

@@ -10,9 +10,11 @@
  * tiles (16 + 2r) x (64 + 2r) while the block computes plane j - 1 from
  * the other, so one barrier per plane suffices and the loads of the next
  * plane are in flight during the arithmetic of this one.  (On the H100,
- * 64 x 16 ran 2 to 4% faster than 32 x 32 tiles and than 8 rows per
- * thread, whose registers spill.)  Grids at most 16 columns wide, such as
- * the band fix-up's strips along x, take tiles of 8 x 128 instead.
+ * 64 x 16 was within 1% of the best tile measured for box3d27p and the
+ * fused heat3d pass; 8 rows per thread spill on side 5:
+ * benchmarks/results/h100_cc3d_tiles.md.)  Grids at most 16 columns
+ * wide, such as the band fix-up's strips along x, take tiles of 8 x 128
+ * instead.
  *
  * Thread (tx, ty) computes CY = 4 consecutive rows of column tx (register
  * tiling along y): for each input plane it reads the (CY + 2r) x (2r + 1)
@@ -274,8 +276,8 @@ cs_cuda_cc3d_shape(const int size[3], const double *weights)
                 const int d = cc3d_abs(dz - r) + cc3d_abs(dy - r)
                               + cc3d_abs(dx - r);
                 if (d > r && weights[(dz * k + dy) * k + dx] != 0.0) {
-                    /* the 7 x 7 x 7 box: more taps than it pays to
-                       stream (343 per point); the generic kernel */
+                    /* a box; of side 7 (343 taps per point, registers
+                       past what streaming allows) the generic kernel's */
                     return k == 7 ? -1 : CS_CC3D_BOX;
                 }
             }
@@ -318,34 +320,12 @@ cc3d_launch(cs_cuda_ctx *ctx, cc3d_params *p, const char *name)
 
 cs_status
 cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-                  const cs_dkernel *k)
+                  const cs_dkernel *k, int shape)
 {
     const int ks = k->size[0];
-    const int r = (ks - 1) / 2;
-    const int shape = cs_cuda_cc3d_shape(k->size, k->host_weights);
-    int ok = in->origin != NULL && out->origin != NULL
-             && in->origin != out->origin && shape >= 0;
-    for (int a = 0; a < 3 && ok; a++) {
-        ok = in->n[a] == out->n[a] && in->n[a] >= 1 && in->halo[a] >= r;
-    }
-    if (!ok) {
-        cs_cuda_message(ctx, "cs_cuda_cc3d_step: invalid grids or kernel");
-        return CS_ERR_INVALID;
-    }
     cc3d_params p;
     memset(&p, 0, sizeof(p));
-    p.in = in->origin;
-    p.out = out->origin;
-    p.in_pitch = in->pitch;
-    p.in_plane = in->plane;
-    p.out_pitch = out->pitch;
-    p.out_plane = out->plane;
-    p.nz = in->n[0];
-    p.ny = in->n[1];
-    p.nx = in->n[2];
-    p.lim_z = in->n[0] + in->halo[0];
-    p.lim_y = in->n[1] + in->halo[1];
-    p.lim_x = in->n[2] + in->halo[2];
+    cs_step_params_grids(&p, in, out);
     memcpy(p.w, k->host_weights, (size_t)ks * ks * ks * sizeof(double));
     /* grids a few columns wide (the band fix-up's strips along x) take
        tiles 8 columns wide rather than 64, most of which would be idle */

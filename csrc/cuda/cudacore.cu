@@ -173,22 +173,13 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         cs_cuda_message(ctx, "cs_cuda_core_step: invalid grids or kernel");
         return CS_ERR_INVALID;
     }
-    if (in->n[0] > 1 && cs_cuda_cc3d_shape(k->size, k->host_weights) >= 0) {
-        return cs_cuda_cc3d_step(ctx, in, out, k); /* streams along z */
+    const int shape =
+        in->n[0] > 1 ? cs_cuda_cc3d_shape(k->size, k->host_weights) : -1;
+    if (shape >= 0) {
+        return cs_cuda_cc3d_step(ctx, in, out, k, shape); /* streams in z */
     }
     cc_params p;
-    p.in = in->origin;
-    p.out = out->origin;
-    p.in_pitch = in->pitch;
-    p.in_plane = in->plane;
-    p.out_pitch = out->pitch;
-    p.out_plane = out->plane;
-    p.nz = in->n[0];
-    p.ny = in->n[1];
-    p.nx = in->n[2];
-    p.lim_z = in->n[0] + in->halo[0];
-    p.lim_y = in->n[1] + in->halo[1];
-    p.lim_x = in->n[2] + in->halo[2];
+    cs_step_params_grids(&p, in, out);
     p.kz = k->size[0];
     p.ky = k->size[1];
     p.kx = k->size[2];

@@ -469,14 +469,15 @@ check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
     return CS_OK;
 }
 
-/* Whether cc3d runs this kernel (a 3D kernel of several planes). */
+/* cc3d's tap set for this kernel, -1 when cc3d does not run it (every
+   kernel but a 3D one of several planes that cs_cuda_cc3d_shape takes). */
 static int
-cc3d_streams(const cs_kernel *kernel)
+cc3d_shape_of(const cs_kernel *kernel)
 {
     const int size[3] = {(int)kernel->size[0], (int)kernel->size[1],
                          (int)kernel->size[2]};
-    return kernel->size[0] > 1
-           && cs_cuda_cc3d_shape(size, kernel->weights) >= 0;
+    return kernel->size[0] > 1 ? cs_cuda_cc3d_shape(size, kernel->weights)
+                               : -1;
 }
 
 /*
@@ -545,7 +546,7 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
        (benchmarks/results/h100_1d.md, h100_2d.md, h100_3d.md) */
     *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
               || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw
-                  && !cc3d_streams(kernel));
+                  && cc3d_shape_of(kernel) < 0);
     return CS_OK;
 }
 
@@ -697,23 +698,22 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
 /*
  * Fusion plan of the CUDA-core path: a 7-point star in 3D (cc3d's
  * diamond of side 3) fuses two steps into one cc3d pass of its square,
- * a diamond of side 5, which streams at 1.8 times the rate of single
- * steps; three steps (side 7) and fused boxes run slower than they save
- * (benchmarks/results/h100_3d_depth.md).  Every other kernel runs step
- * by step.  CONVSTENCIL_CUDA_MAX_DEPTH caps the depth here too.
+ * a diamond of side 5, whose pass alone advances time 1.8 times as fast
+ * as single steps (1.46 times with the band fix-up); three steps (side
+ * 7) and fused boxes run slower than they save
+ * (benchmarks/results/h100_3d_depth_cuda_core.md).  Every other kernel
+ * runs step by step.  CONVSTENCIL_CUDA_MAX_DEPTH caps the depth here too.
  */
 static cs_status
 plan_cuda_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
                long steps, cs_mode mode, const ptrdiff_t shape[3],
                const fold1d *fold, cs_fusion_plan *plan)
 {
-    const int size[3] = {(int)kernel->size[0], (int)kernel->size[1],
-                         (int)kernel->size[2]};
     long cap = 0;
     CS_TRY(env_max_depth(ctx, &cap));
     const long depth = cap == 0 || cap > 2 ? 2 : cap;
-    if (fold->active || size[0] != 3 || depth < 2
-        || cs_cuda_cc3d_shape(size, kernel->weights) != CS_CC3D_DIAMOND) {
+    if (fold->active || kernel->size[0] != 3 || depth < 2
+        || cc3d_shape_of(kernel) != CS_CC3D_DIAMOND) {
         return CS_OK; /* step by step: the plan as it is */
     }
     const ptrdiff_t max_side[3] = {2 * depth + 1, 2 * depth + 1,
@@ -877,17 +877,14 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
             jobs[a].buf[i] = geom_view(&gstrip[a], arena + off_strip[a][i]);
         }
     }
-    cs_dkernel dk;
+    cs_dkernel dk, dkc; /* the kernel; a fused CUDA-core pass's */
     dk.weights = (const double *)(arena + off_w);
     dk.host_weights = kernel->weights;
-    cs_dkernel dkc = dk; /* a fused CUDA-core pass: the composed kernel */
+    dkc.weights = (const double *)(arena + off_wc);
+    dkc.host_weights = s->composed.weights;
     for (int a = 0; a < 3; a++) {
         dk.size[a] = (int)kernel->size[a];
-        dkc.size[a] = cc_fused ? (int)s->composed.size[a] : dk.size[a];
-    }
-    if (cc_fused) {
-        dkc.weights = (const double *)(arena + off_wc);
-        dkc.host_weights = s->composed.weights;
+        dkc.size[a] = (int)s->composed.size[a];
     }
     cs_tc3d_plan tc3 = s->planes; /* tc3d: the planes; tc3.tile: both */
     cs_tc2d_plan *tc = &tc3.tile;

@@ -86,6 +86,29 @@ cs_cuda_fold1d_fix_ends(cs_cuda_ctx *ctx, const cs_dgrid *src,
 /* ---- cudacore.cu ------------------------------------------------------ */
 
 /*
+ * The grid fields of a CUDA-core step's launch parameters (cudacore.cu,
+ * cc3d.cu: structs with these members): origins, pitches, extents, and
+ * lim = n + halo of `in`, the first index a load may not read.
+ */
+template <class Params>
+static inline void
+cs_step_params_grids(Params *p, const cs_dgrid *in, const cs_dgrid *out)
+{
+    p->in = in->origin;
+    p->out = out->origin;
+    p->in_pitch = in->pitch;
+    p->in_plane = in->plane;
+    p->out_pitch = out->pitch;
+    p->out_plane = out->plane;
+    p->nz = in->n[0];
+    p->ny = in->n[1];
+    p->nx = in->n[2];
+    p->lim_z = in->n[0] + in->halo[0];
+    p->lim_y = in->n[1] + in->halo[1];
+    p->lim_x = in->n[2] + in->halo[2];
+}
+
+/*
  * One direct stencil step on CUDA cores: the interior of `out` from the
  * interior and halo of `in` (same extents n; in's halo at least the
  * kernel's radius on every axis, already filled).  Any odd kernel size.
@@ -109,12 +132,13 @@ int
 cs_cuda_cc3d_shape(const int size[3], const double *weights);
 
 /*
- * One step of a kernel that cs_cuda_cc3d_shape accepts, streaming along
- * z; the contract of cs_cuda_core_step otherwise.
+ * One step of a kernel of tap set `shape` (cs_cuda_cc3d_shape of k,
+ * >= 0), streaming along z: cs_cuda_core_step's contract, whose checks of
+ * the grids it relies on (cs_cuda_core_step calls it).
  */
 cs_status
 cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-                  const cs_dkernel *k);
+                  const cs_dkernel *k, int shape);
 
 /* ---- tc2d.cu ---------------------------------------------------------- */
 
