@@ -542,8 +542,10 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
     /* AUTO: tensor cores wherever they run the kernel, measured faster
        than CUDA cores for every preset in 1D and 2D; in 3D the kernels
        that cc3d streams along z (cubes of side 3 and 5, 7-point stars
-       and their powers) run faster on CUDA cores
-       (benchmarks/results/h100_1d.md, h100_2d.md, h100_3d.md) */
+       and their powers) go to CUDA cores, 1.6 to 2.2 times as fast, but
+       for a dense 5 x 5 x 5 cube, 3% slower there
+       (benchmarks/results/h100_1d.md, h100_2d.md, h100_3d.md,
+       h100_3d_paths.md) */
     *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
               || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw
                   && cc3d_shape_of(kernel) < 0);
