@@ -11,7 +11,7 @@ and zero planes) for every kernel height they are built for (ky = 1, 3,
 tiles read past the grid's edge), tc2d's blocks looping over several
 tiles, fused passes with the band fix-up (along z too), the CUDA-core step in
 1D/2D/3D (cc3d's instances, streaming along z, and heat3d's fused
-passes on CUDA cores included), the halo fill of every
+passes on CUDA cores with their band recomputed in place included), the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
 end fix-up, partial last rows, payloads 7, 15 and 31).  Each result is
 compared with the CPU engine, so the run
@@ -106,12 +106,17 @@ def main():
         for mode in MODES:
             ok &= check(grid, w, 2, mode, "cuda-core")
     # cc3d, streaming along z: several z blocks and partial tiles, heat3d
-    # fused two steps per pass (band fix-ups) with a remainder, every
-    # instance (box 3 and 5, diamond 3, 5 and 7), and a 7x7x7 box, which
-    # the generic kernel runs
+    # fused two steps per pass (the band recomputed in place) with a
+    # remainder, every instance (box 3 and 5, diamond 3, 5 and 7; narrow
+    # tiles for a grid 9 columns wide), and a 7x7x7 box, which the generic
+    # kernel runs
     grid = rng.standard_normal((20, 21, 70))
     for mode in MODES:
         ok &= check(grid, cs.Stencil("heat3d").weights, 5, mode, "cuda-core")
+    narrow = rng.standard_normal((10, 150, 9))
+    for name in ("heat3d", "box3d27p"):
+        ok &= check(narrow, cs.Stencil(name).weights, 3, "constant",
+                    "cuda-core")
     for side, diamond in ((5, False), (5, True), (7, True), (7, False)):
         w = rng.uniform(0.1, 1.0, (side, side, side))
         if diamond:

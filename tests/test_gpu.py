@@ -312,6 +312,31 @@ def test_diamond_kernels_3d(side, mode, cval, rng):
                                  cval=cval, steps=steps, seed=rng.seed))
 
 
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+def test_cuda_core_fused_band_every_mode(mode, cval, rng):
+    """A 7-point star fused two steps per pass on CUDA cores: the band
+    within one point of each edge is recomputed in place from the pass's
+    input, in every mode (with different weights on every tap, so a wrong
+    neighbour or a mirrored index shows), on the smallest grids that fuse,
+    thin ones (one axis at the minimum) and a larger odd one, with odd step
+    counts (an unfused remainder)."""
+    w = rng.uniform(0.1, 1.0, (3, 3, 3))
+    w[rng.random(w.shape) < 0.3] *= -0.5
+    w[~in_diamond(3)] = 0.0
+    w /= np.abs(w).sum()
+    for shape in [(6, 6, 6), (6, 7, 9), (7, 130, 6), (40, 6, 70),
+                  (33, 41, 67)]:
+        grid = rng.standard_normal(shape)
+        for steps in (2, 3, 6):
+            infos = check_all_paths(grid, w, steps, mode, cval,
+                                    dict(shape=shape, mode=mode, cval=cval,
+                                         steps=steps, seed=rng.seed),
+                                    backends=("cuda-core",))
+            info = infos["cuda-core"]
+            assert (info["fused_depth"], info["fused_passes"],
+                    info["unfused_steps"]) == (2, steps // 2, steps % 2), info
+
+
 def planes_kernel(rng, kind, ky, kx):
     """A 3D kernel whose z-plane dz is dense ("d": random signed), a
     point ("p": one weight, off the centre) or zero ("0"), as kind[dz]

@@ -6,12 +6,13 @@
  *
  * A block of 256 threads owns an output column of 64 x 16 points (x, y)
  * and zc consecutive planes.  It walks the input planes z0 - r ..
- * z0 + zc - 1 + r in order; plane j goes into one of two shared-memory
- * tiles (16 + 2r) x (64 + 2r) while the block computes plane j - 1 from
- * the other, so one barrier per plane suffices and the loads of the next
- * plane are in flight during the arithmetic of this one.  (On the H100,
- * 64 x 16 was within 1% of the best tile measured for box3d27p and the
- * fused heat3d pass; 8 rows per thread spill on side 5:
+ * z0 + zc - 1 + r in order through a ring of STAGES shared-memory tiles
+ * (16 + 2r) x (64 + 2r): the planes up to STAGES - 1 ahead of the one it
+ * computes are in flight as asynchronous copies (cp.async, which need no
+ * registers to hold them), so enough loads are outstanding to keep DRAM
+ * busy, and one barrier per plane suffices.  (On the H100, 64 x 16 was
+ * within 1% of the best tile measured for box3d27p and the fused heat3d
+ * pass; 8 rows per thread spill on side 5:
  * benchmarks/results/h100_cc3d_tiles.md.)  Grids at most 16 columns
  * wide, such as the band fix-up's strips along x, take tiles of 8 x 128
  * instead.
@@ -45,6 +46,8 @@
 #define CC3D_WIDE 64                    /* threads along x: 64 x 16 tiles */
 #define CC3D_NARROW 8                   /* threads along x: 8 x 128 tiles */
 #define CC3D_MAX_K 7
+#define CC3D_MAX_STAGES 3               /* tiles in the ring */
+#define CC3D_SMEM_STATIC (48 * 1024)    /* bytes of static shared memory */
 
 /* output rows of a tile whose rows are BX threads wide */
 #define CC3D_TY(BX) (CC3D_THREADS / (BX) * CC3D_CY)
@@ -78,34 +81,61 @@ cc3d_tap(int dz, int dy, int dx)
                   <= (K - 1) / 2;
 }
 
-/*
- * Input plane z (whole plane index; may lie in the far halo or past it)
- * of this thread's loader elements into v: element k is tile entry
- * threadIdx.x + k * CC3D_THREADS, at offset goff[k] within a plane,
- * readable when ok bit k is set and z < lim_z.
- */
-template <int LOADS>
+/* Start copying one double from global to shared memory; when !ok the
+   destination is zero-filled and nothing is read (src may be anything). */
 static __device__ __forceinline__ void
-cc3d_fetch(double (&v)[LOADS], const cc3d_params &p, ptrdiff_t z,
+cc3d_copy_async(double *dst, const double *src, bool ok)
+{
+#if defined(CS_CUDA_EMULATION)
+    *dst = ok ? *src : 0.0;
+#else
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
+                 :
+                 : "r"(s), "l"(src), "r"(ok ? 8 : 0)
+                 : "memory");
+#endif
+}
+
+/* Close the group of copies this thread started since the last one. */
+static __device__ __forceinline__ void
+cc3d_commit()
+{
+#if !defined(CS_CUDA_EMULATION)
+    asm volatile("cp.async.commit_group;" : : : "memory");
+#endif
+}
+
+/* Wait until at most N of this thread's groups are still in flight. */
+template <int N>
+static __device__ __forceinline__ void
+cc3d_wait()
+{
+#if !defined(CS_CUDA_EMULATION)
+    asm volatile("cp.async.wait_group %0;" : : "n"(N) : "memory");
+#endif
+}
+
+/*
+ * Start copying input plane z (whole plane index; may lie in the far
+ * halo or past it) into `tile`: this thread's element k is tile entry
+ * threadIdx.x + k * CC3D_THREADS, at offset goff[k] within a plane,
+ * readable when ok bit k is set and z < lim_z (zero otherwise).
+ */
+template <int LOADS, int TILE>
+static __device__ __forceinline__ void
+cc3d_issue(double *tile, const cc3d_params &p, ptrdiff_t z,
            const ptrdiff_t (&goff)[LOADS], unsigned ok)
 {
     const double *plane = p.in + z * p.in_plane;
     const bool z_ok = z < p.lim_z;
 #pragma unroll
     for (int k = 0; k < LOADS; k++) {
-        v[k] = (z_ok && ((ok >> k) & 1u)) ? plane[goff[k]] : 0.0;
-    }
-}
-
-template <int LOADS, int TILE>
-static __device__ __forceinline__ void
-cc3d_put(double *tile, const double (&v)[LOADS])
-{
-#pragma unroll
-    for (int k = 0; k < LOADS; k++) {
         const int e = (int)threadIdx.x + k * CC3D_THREADS;
         if (TILE % CC3D_THREADS == 0 || e < TILE) {
-            tile[e] = v[k];
+            const bool readable = z_ok && ((ok >> k) & 1u);
+            cc3d_copy_async(tile + e, readable ? plane + goff[k] : p.in,
+                            readable);
         }
     }
 }
@@ -162,29 +192,31 @@ cc3d_store(double (&acc)[K][CC3D_CY], const cc3d_params &p, ptrdiff_t o,
 }
 
 /*
- * Input plane j of the block (z = z0 - r + j): prefetch plane j + 1,
- * add plane j, store the output plane it completes, put plane j + 1 into
- * the other tile, barrier.  U = j % K, fixed by the caller's unrolling.
+ * Input plane j of the block (z = z0 - r + j), in ring slot j % STAGES:
+ * wait for it, barrier (every thread's copies of plane j have landed and
+ * every thread is done with plane j - 1), start plane j + STAGES - 1 in
+ * the slot plane j - 1 leaves, add plane j, store the output plane it
+ * completes.  U = j % K, fixed by the caller's unrolling.
  */
-template <int K, int SHAPE, int BX, int U, int LOADS, int TILE>
+template <int K, int SHAPE, int BX, int U, int LOADS, int TILE, int STAGES>
 static __device__ __forceinline__ void
-cc3d_step(double (&acc)[K][CC3D_CY], double (&nxt)[LOADS], double *tiles,
-          const cc3d_params &p, int j, int planes, ptrdiff_t z0,
-          const ptrdiff_t (&goff)[LOADS], unsigned ok, int toff, ptrdiff_t y,
-          ptrdiff_t x)
+cc3d_step(double (&acc)[K][CC3D_CY], double *tiles, const cc3d_params &p,
+          int j, int planes, ptrdiff_t z0, const ptrdiff_t (&goff)[LOADS],
+          unsigned ok, int toff, ptrdiff_t y, ptrdiff_t x)
 {
     constexpr int R = (K - 1) / 2;
-    if (j + 1 < planes) {
-        cc3d_fetch<LOADS>(nxt, p, z0 - R + j + 1, goff, ok);
+    cc3d_wait<STAGES - 2>();
+    __syncthreads();
+    const int ahead = j + STAGES - 1;
+    if (ahead < planes) {
+        cc3d_issue<LOADS, TILE>(tiles + (ahead % STAGES) * TILE, p,
+                                z0 - R + ahead, goff, ok);
     }
-    cc3d_plane<K, SHAPE, BX, U>(acc, tiles + (j & 1) * TILE + toff, p);
+    cc3d_commit(); /* empty past the last plane: the count stays exact */
+    cc3d_plane<K, SHAPE, BX, U>(acc, tiles + (j % STAGES) * TILE + toff, p);
     /* output plane z0 - 2r + j is complete; planes before z0 are not
        this block's (their inputs started mid-way) */
     cc3d_store<K, U>(acc, p, z0 - 2 * R + j, y, x, j >= 2 * R);
-    if (j + 1 < planes) {
-        cc3d_put<LOADS, TILE>(tiles + ((j + 1) & 1) * TILE, nxt);
-    }
-    __syncthreads();
 }
 
 template <int K, int SHAPE, int BX>
@@ -198,7 +230,11 @@ cc3d_kernel(const cc3d_params p)
     constexpr int TILE = SY * SX;
     constexpr int LOADS = (TILE + CC3D_THREADS - 1) / CC3D_THREADS;
     static_assert(LOADS <= 32, "loader bits");
-    __shared__ double tiles[2 * TILE];
+    /* as many tiles as static shared memory holds, up to the maximum */
+    constexpr int FIT = CC3D_SMEM_STATIC / (TILE * (int)sizeof(double));
+    constexpr int STAGES = FIT < CC3D_MAX_STAGES ? FIT : CC3D_MAX_STAGES;
+    static_assert(STAGES >= 2, "two tiles at least");
+    __shared__ double tiles[STAGES * TILE];
 
     const int tx = (int)threadIdx.x % BX;
     const int ty = (int)threadIdx.x / BX;
@@ -230,10 +266,13 @@ cc3d_kernel(const cc3d_params p)
             acc[s][c] = 0.0;
         }
     }
-    double nxt[LOADS];
-    cc3d_fetch<LOADS>(nxt, p, z0 - R, goff, ok);
-    cc3d_put<LOADS, TILE>(tiles, nxt);
-    __syncthreads();
+    for (int q = 0; q < STAGES - 1; q++) {
+        if (q < planes) {
+            cc3d_issue<LOADS, TILE>(tiles + q * TILE, p, z0 - R + q, goff,
+                                    ok);
+        }
+        cc3d_commit();
+    }
 
     const int toff = ty * CC3D_CY * SX + tx;
     const ptrdiff_t y = y0 + ty * CC3D_CY, x = x0 + tx;
@@ -241,10 +280,8 @@ cc3d_kernel(const cc3d_params p)
         /* the rotation of acc needs j % K at compile time: K steps */
 #define CC3D_STEP(U)                                                          \
     if (U < K && jb + U < planes) {                                           \
-        cc3d_step<K, SHAPE, BX, U % K, LOADS, TILE>(acc, nxt, tiles, p,       \
-                                                    jb + U,                   \
-                                                planes, z0, goff, ok, toff, y, \
-                                                x);                           \
+        cc3d_step<K, SHAPE, BX, U % K, LOADS, TILE, STAGES>(                  \
+            acc, tiles, p, jb + U, planes, z0, goff, ok, toff, y, x);         \
     }
         CC3D_STEP(0)
         CC3D_STEP(1)

@@ -800,9 +800,10 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     grid_geom gmain, gstrip[3];
     int ok = geom_make(shape, halo, &gmain);
     for (int a = 0; a < 3; a++) {
-        /* a fold replays its two ends instead (fold1d.cu) */
+        /* a fold replays its two ends instead (fold1d.cu), a fused
+           CUDA-core pass recomputes its band in place (fused_band.cu) */
         jobs[a].active = plan->needs_band && plan->band[a] > 0
-                         && !fold->active;
+                         && !fold->active && !cc_fused;
         if (jobs[a].active) {
             ok = ok && geom_make(n_strip[a], r, &gstrip[a]);
         }
@@ -942,6 +943,10 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
             CS_TRY(cs_cuda_tc1d_pass(ctx, &g[cur], &g[1 - cur], tc));
         } else {
             CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], tc));
+        }
+        if (cc_fused && plan->needs_band) {
+            CS_TRY(cs_cuda_fused_band(ctx, &g[cur], &g[1 - cur], &dk, mode,
+                                      cval));
         }
         if (fold->active && plan->needs_band) {
             CS_TRY(cs_cuda_fold1d_fix_ends(ctx, &g[cur], &g[1 - cur],

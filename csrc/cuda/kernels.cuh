@@ -1,9 +1,9 @@
 /*
  * kernels.cuh -- what the .cu files of the CUDA engine share: the view of
  * a padded device grid, and the launchers of each kernel family
- * (halo.cu, fold1d.cu, cudacore.cu, tc2d.cu, tc1d.cu, tc3d.cu), which
- * engine.cu orchestrates.  (The device code tc2d.cu and tc3d.cu share
- * is in tc_tile.cuh.)
+ * (halo.cu, fold1d.cu, cudacore.cu, cc3d.cu, fused_band.cu, tc2d.cu,
+ * tc1d.cu, tc3d.cu), which engine.cu orchestrates.  (The device code
+ * tc2d.cu and tc3d.cu share is in tc_tile.cuh.)
  *
  * Every launcher queues its work on ctx->stream, checks its
  * preconditions (CS_ERR_INVALID with a message when one fails: a bug in
@@ -139,6 +139,21 @@ cs_cuda_cc3d_shape(const int size[3], const double *weights);
 cs_status
 cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int shape);
+
+/* ---- fused_band.cu ---------------------------------------------------- */
+
+#define CS_FUSED_BAND_MAX_TAPS 27 /* nonzero taps of k: a 3 x 3 x 3 box */
+
+/*
+ * After a pass src -> dst of k's composed kernel k*k (two steps in one):
+ * recompute dst's band, the points within k's radius r of an edge on some
+ * axis, as two steps of k from src under `mode` (src's halo at least r
+ * on every axis, filled per mode; k's host weights known, at most
+ * CS_FUSED_BAND_MAX_TAPS of them nonzero).
+ */
+cs_status
+cs_cuda_fused_band(cs_cuda_ctx *ctx, const cs_dgrid *src, const cs_dgrid *dst,
+                   const cs_dkernel *k, cs_mode mode, double cval);
 
 /* ---- tc2d.cu ---------------------------------------------------------- */
 
