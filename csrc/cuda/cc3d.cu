@@ -6,16 +6,16 @@
  *
  * A block of 256 threads owns an output column of 64 x 16 points (x, y)
  * and zc consecutive planes.  It walks the input planes z0 - r ..
- * z0 + zc - 1 + r in order through a ring of STAGES shared-memory tiles
- * (16 + 2r) x (64 + 2r): the planes up to STAGES - 1 ahead of the one it
- * computes are in flight as asynchronous copies (cp.async, which need no
- * registers to hold them), so enough loads are outstanding to keep DRAM
- * busy, and one barrier per plane suffices.  (On the H100, 64 x 16 was
- * within 1% of the best tile measured for box3d27p and the fused heat3d
- * pass; 8 rows per thread spill on side 5:
- * benchmarks/results/h100_cc3d_tiles.md.)  Grids at most 16 columns
- * wide, such as the band fix-up's strips along x, take tiles of 8 x 128
- * instead.
+ * z0 + zc - 1 + r in order through a ring of 3 shared-memory tiles
+ * (16 + 2r) x (64 + 2r): the two planes after the one it computes are in
+ * flight as asynchronous copies (cp.async, which need no registers to
+ * hold them), so enough loads are outstanding to keep DRAM busy, and one
+ * barrier per plane suffices.  (On the H100, 64 x 16 was within 1% of the
+ * best tile measured for box3d27p and the fused heat3d pass, 8 rows per
+ * thread spill on side 5: benchmarks/results/h100_cc3d_tiles.md; a ring
+ * of 3 ran about 16% faster than a ring of 2 and 3 to 6% faster than 4:
+ * h100_cc3d_stages.md.)  Grids at most 16 columns wide take tiles of
+ * 8 x 128 instead.
  *
  * Thread (tx, ty) computes CY = 4 consecutive rows of column tx (register
  * tiling along y): for each input plane it reads the (CY + 2r) x (2r + 1)
@@ -46,7 +46,7 @@
 #define CC3D_WIDE 64                    /* threads along x: 64 x 16 tiles */
 #define CC3D_NARROW 8                   /* threads along x: 8 x 128 tiles */
 #define CC3D_MAX_K 7
-#define CC3D_MAX_STAGES 3               /* tiles in the ring */
+#define CC3D_MAX_STAGES 3               /* tiles in the ring (at most) */
 #define CC3D_SMEM_STATIC (48 * 1024)    /* bytes of static shared memory */
 
 /* output rows of a tile whose rows are BX threads wide */

@@ -21,7 +21,9 @@
  *   is 1, recomputes the band of width (depth-1)*r along each edge of
  *   each axis step by step on CUDA cores;
  *   `remainder` unfused steps follow on CUDA cores.
- * CUDA-core path: every step is halo refresh + one direct stencil step.
+ * CUDA-core path: every step is halo refresh + one direct stencil step,
+ * but for a 7-point 3D star, two steps per pass of its square (cc3d),
+ * whose band fused_band.cu then recomputes in place (plan_cuda_core).
  * CS_CUDA_PATH_AUTO takes the tensor-core path wherever it runs the
  * kernel (choose_path).
  *
@@ -32,10 +34,11 @@
  * replays the two ends of the 1D grid, and the upload and download
  * repack the points into and out of the rows.
  *
- * Band fix-up, per banded axis: the two edge strips of width
- * strip = (2*depth-1)*r of the pass's input are stacked into one scratch
- * grid (near edge strip, then far edge strip), which runs `depth` steps
- * of the unfused kernel as a grid of its own with the real boundary mode:
+ * Band fix-up of a tensor-core pass, per banded axis: the two edge
+ * strips of width strip = (2*depth-1)*r of the pass's input are stacked
+ * into one scratch grid (near edge strip, then far edge strip), which
+ * runs `depth` steps of the unfused kernel as a grid of its own with the
+ * real boundary mode:
  * its two outer edges are the grid's real edges, so their halo fill is
  * exact (nearest/reflect/mirror reflect within the strip; constant is
  * cval); the seam between the strips is artificial and corrupts only
@@ -542,8 +545,7 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
     /* AUTO: tensor cores wherever they run the kernel, measured faster
        than CUDA cores for every preset in 1D and 2D; in 3D the kernels
        that cc3d streams along z (cubes of side 3 and 5, 7-point stars
-       and their powers) go to CUDA cores, 1.6 to 2.2 times as fast, but
-       for a dense 5 x 5 x 5 cube, 3% slower there
+       and their powers) go to CUDA cores, 1.2 to 2.7 times as fast
        (benchmarks/results/h100_1d.md, h100_2d.md, h100_3d.md,
        h100_3d_paths.md) */
     *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
@@ -700,11 +702,13 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
 /*
  * Fusion plan of the CUDA-core path: a 7-point star in 3D (cc3d's
  * diamond of side 3) fuses two steps into one cc3d pass of its square,
- * a diamond of side 5, whose pass alone advances time 1.8 times as fast
- * as single steps (1.46 times with the band fix-up); three steps (side
- * 7) and fused boxes run slower than they save
+ * a diamond of side 5, whose pass alone advances time 1.9 times as fast
+ * as single steps (1.6 times with its band recomputed); three steps
+ * (side 7) and fused boxes run slower than they save
  * (benchmarks/results/h100_3d_depth_cuda_core.md).  Every other kernel
- * runs step by step.  CONVSTENCIL_CUDA_MAX_DEPTH caps the depth here too.
+ * runs step by step.  CONVSTENCIL_CUDA_MAX_DEPTH caps the depth here
+ * too.  The depth stays at most 2: fused_band.cu recomputes the band of
+ * two steps.
  */
 static cs_status
 plan_cuda_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
