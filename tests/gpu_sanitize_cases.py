@@ -10,7 +10,7 @@ and zero planes) for every kernel height they are built for (ky = 1, 3,
 5, 7), on grids that are and are not multiples of their tile (so partial
 tiles read past the grid's edge), tc2d's blocks looping over several
 tiles, fused passes with the band fix-up (along z too), the CUDA-core step in
-1D/2D/3D (cc3d's instances, streaming along z, and heat3d's fused
+1D/2D/3D (cc2d's and cc3d's instances, streaming along z, and heat3d's fused
 passes on CUDA cores with their band recomputed in place included), the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
 end fix-up, partial last rows, payloads 7, 15 and 31).  Each result is
@@ -105,6 +105,16 @@ def main():
     for grid, w in cases:
         for mode in MODES:
             ok &= check(grid, w, 2, mode, "cuda-core")
+    # cc2d: box and plus instances, persistent blocks walking several
+    # tiles (1100 x 1700: 252 tiles of 128 x 64, 315 of 128 x 32)
+    big = rng.standard_normal((1100, 1700))
+    for name in ("star2d13p", "box2d49p"):
+        ok &= check(big, cs.Stencil(name).weights, 1, "reflect", "cuda-core")
+    plus5 = np.zeros((5, 5))
+    plus5[2, :] = plus5[:, 2] = 0.1
+    for mode in ("constant", "wrap"):
+        ok &= check(rng.standard_normal((3, 70, 131)), plus5[None], 2, mode,
+                    "cuda-core")
     # cc3d, streaming along z: several z blocks and partial tiles, heat3d
     # fused two steps per pass (the band recomputed in place) with a
     # remainder, every instance (box 3 and 5, diamond 3, 5 and 7; narrow

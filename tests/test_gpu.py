@@ -115,8 +115,19 @@ def streams_on_cuda_cores(weights):
     return w.shape[0] < 7 or not np.any(w[~in_diamond(7)])
 
 
+def planar_on_cuda_cores(weights):
+    """Whether AUTO runs this planar kernel on CUDA cores (cc2d) rather
+    than tensor cores, which cannot fuse it: a square of side 5 or 7 (2D,
+    or one z-plane of a 3D kernel)."""
+    w = np.asarray(weights)
+    if w.ndim == 3 and w.shape[0] == 1:
+        w = w[0]
+    return w.ndim == 2 and w.shape[0] == w.shape[1] and w.shape[0] in (5, 7)
+
+
 def auto_path(weights):
-    return "cuda-core" if streams_on_cuda_cores(weights) else "tensor-core"
+    return ("cuda-core" if streams_on_cuda_cores(weights)
+            or planar_on_cuda_cores(weights) else "tensor-core")
 
 
 def expected_cuda_core_depth(weights, steps, shape, mode, max_depth=None):
@@ -212,8 +223,38 @@ def test_random_kernels_tensor_core(kshape, mode, cval, rng):
                                          seed=rng.seed))
             tc = infos["cuda-tc"]
             assert tc["path"] == "tensor-core", tc
+            assert infos["cuda"]["path"] == auto_path(w), infos["cuda"]
             assert tc["fused_depth"] == expected_depth(w, steps, shape,
                                                       mode), tc
+
+
+def plus_kernel(rng, side, planes=0):
+    """Random signed weights on the centre row and column of a side x side
+    kernel (a "plus", as star2d13p); of shape (1, side, side) when
+    `planes` is 1."""
+    w = np.zeros((side, side))
+    w[side // 2, :] = rng.uniform(0.1, 1.0, side)
+    w[:, side // 2] = rng.uniform(0.1, 1.0, side)
+    w[rng.random(w.shape) < 0.3] *= -0.5
+    w /= np.abs(w).sum()
+    return w[None] if planes else w
+
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("side", [3, 5, 7])
+def test_plus_kernels_2d(side, mode, cval, rng):
+    """Plus-shaped kernels, which the CUDA-core path runs with their
+    nonzero taps only, on 2D grids and on every plane of a 3D grid, tiles
+    whole, partial and many (the blocks walk several tiles each)."""
+    for shape in [(1, 1), (7, 9), (64, 128), (130, 1031), (3, 70, 260)]:
+        w = plus_kernel(rng, side, planes=len(shape) == 3)
+        grid = rng.standard_normal(shape)
+        for steps in (1, 2, 5):
+            infos = check_all_paths(grid, w, steps, mode, cval,
+                                    dict(kernel=w.shape, shape=shape,
+                                         mode=mode, cval=cval, steps=steps,
+                                         seed=rng.seed))
+            assert infos["cuda"]["path"] == auto_path(w), infos["cuda"]
 
 
 @pytest.mark.parametrize("mode,cval", [("constant", 2.0), ("wrap", 0.0),

@@ -27,6 +27,7 @@
 #include "kernels.cuh"
 
 #include <limits.h>
+#include <stdint.h>
 
 /* ------------------------------------------------------------------------
  * kernel
@@ -177,6 +178,13 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         in->n[0] > 1 ? cs_cuda_cc3d_shape(k->size, k->host_weights) : -1;
     if (shape >= 0) {
         return cs_cuda_cc3d_step(ctx, in, out, k, shape); /* streams in z */
+    }
+    const int aligned = (uintptr_t)out->origin % 16 == 0
+                        && out->pitch % 2 == 0 && out->plane % 2 == 0;
+    const int shape2 =
+        aligned ? cs_cuda_cc2d_shape(k->size, k->host_weights) : -1;
+    if (shape2 >= 0) {
+        return cs_cuda_cc2d_step(ctx, in, out, k, shape2); /* planar */
     }
     cc_params p;
     cs_step_params_grids(&p, in, out);

@@ -483,6 +483,16 @@ cc3d_shape_of(const cs_kernel *kernel)
                                : -1;
 }
 
+/* Whether cc2d runs `kernel` and tensor cores would not fuse it: a
+   planar square of side 5 or 7, a box or a plus. */
+static int
+cc2d_runs_better(const cs_kernel *kernel)
+{
+    const int size[3] = {(int)kernel->size[0], (int)kernel->size[1],
+                         (int)kernel->size[2]};
+    return size[1] >= 5 && cs_cuda_cc2d_shape(size, kernel->weights) >= 0;
+}
+
 /*
  * Is there a device, and may `path` run `kernel` on it?  Sets *use_tc and
  * *smem_optin (shared memory a block may opt into).
@@ -543,14 +553,16 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
         return CS_ERR_UNSUPPORTED;
     }
     /* AUTO: tensor cores wherever they run the kernel, measured faster
-       than CUDA cores for every preset in 1D and 2D; in 3D the kernels
-       that cc3d streams along z (cubes of side 3 and 5, 7-point stars
-       and their powers) go to CUDA cores, 1.2 to 2.7 times as fast
-       (benchmarks/results/h100_1d.md, h100_2d.md, h100_3d.md,
-       h100_3d_paths.md) */
+       than CUDA cores for every 1D preset and for the 2D kernels they
+       fuse (side 3: three steps per pass); planar squares of side 5 and
+       7 that cc2d runs (boxes, and a plus such as star2d13p), which
+       tensor cores cannot fuse, and the 3D kernels that cc3d streams
+       along z (cubes of side 3 and 5, 7-point stars and their powers)
+       go to CUDA cores (benchmarks/results/h100_1d.md, h100_2d.md,
+       h100_3d.md, h100_3d_paths.md) */
     *use_tc = path == CS_CUDA_PATH_TENSOR_CORE
               || (path == CS_CUDA_PATH_AUTO && tc_fits && tc_hw
-                  && cc3d_shape_of(kernel) < 0);
+                  && cc3d_shape_of(kernel) < 0 && !cc2d_runs_better(kernel));
     return CS_OK;
 }
 

@@ -1,8 +1,8 @@
 /*
  * kernels.cuh -- what the .cu files of the CUDA engine share: the view of
  * a padded device grid, and the launchers of each kernel family
- * (halo.cu, fold1d.cu, cudacore.cu, cc3d.cu, fused_band.cu, tc2d.cu,
- * tc1d.cu, tc3d.cu), which engine.cu orchestrates.  (The device code
+ * (halo.cu, fold1d.cu, cudacore.cu, cc2d.cu, cc3d.cu, fused_band.cu,
+ * tc2d.cu, tc1d.cu, tc3d.cu), which engine.cu orchestrates.  (The device code
  * tc2d.cu and tc3d.cu share is in tc_tile.cuh.)
  *
  * Every launcher queues its work on ctx->stream, checks its
@@ -138,6 +138,30 @@ cs_cuda_cc3d_shape(const int size[3], const double *weights);
  */
 cs_status
 cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_dkernel *k, int shape);
+
+/* ---- cc2d.cu ---------------------------------------------------------- */
+
+/* The taps cc2d computes: the whole K x K box, or the centre row and
+   column (a "plus": star2d13p, the 5-point star). */
+enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1 };
+
+/*
+ * The cc2d tap set that holds every nonzero weight of a kernel of `size`
+ * (CS_CC2D_PLUS where it suffices), or -1 when cc2d does not run it: a
+ * planar square of side 3, 5 or 7, host weights known.
+ */
+int
+cs_cuda_cc2d_shape(const int size[3], const double *weights);
+
+/*
+ * One step of a planar kernel of tap set `shape` (cs_cuda_cc2d_shape of
+ * k, >= 0) on every plane: cs_cuda_core_step's contract, whose checks of
+ * the grids it relies on, and rows of `out` 16-byte aligned (origin,
+ * pitch and plane: cs_cuda_core_step checks).
+ */
+cs_status
+cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int shape);
 
 /* ---- fused_band.cu ---------------------------------------------------- */

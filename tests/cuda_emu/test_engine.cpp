@@ -412,6 +412,7 @@ int main(int argc, char **argv) {
         cs_mode mode = (cs_mode)m;
         run_case(heat1d, 1, 1, 1000, mode, 0.5, 3, CC, false, "cuda-core", 1);
         run_case(heat3d, 9, 12, 40, mode, 0.5, 2, CC, false, "cuda-core", 2);
+        run_case(star13, 1, 70, 300, mode, 0.5, 2, CC, false, "cuda-core", 1);
         if (quick) continue;
         run_case(p1d5, 1, 1, 300, mode, -1.0, 2, CC);
         run_case(box27, 6, 35, 33, mode, 0.0, 2, CC);
@@ -441,8 +442,16 @@ int main(int argc, char **argv) {
     run_case(heat3d, 2, 3, 4, CS_MODE_CONSTANT, 0.25, 2, CC, false, "cuda-core", 1);
     run_case(box27, 10, 140, 16, CS_MODE_REFLECT, 0.0, 1, CC, false, "cuda-core", 1);  // narrow
     run_case(heat3d, 9, 130, 7, CS_MODE_WRAP, 0.0, 3, CC, false, "cuda-core", 2);     // narrow
+    // planar squares of side 5 and 7 (cc2d): AUTO takes CUDA cores; a
+    // planar kernel on every plane of a 3D grid; side 3 stays on tensor
+    // cores, which fuse it
+    run_case(box49, 1, 70, 131, CS_MODE_CONSTANT, 1.0, 2, AUTO, false, "cuda-core", 1);
+    run_case(k55, 3, 40, 131, CS_MODE_WRAP, 0.0, 2, CC, false, "cuda-core", 1);
+    run_case(star13, 2, 9, 7, CS_MODE_MIRROR, 0.0, 3, AUTO, false, "cuda-core", 1);
+    run_case(box9, 1, 70, 131, CS_MODE_NEAREST, 0.0, 2, CC, false, "cuda-core", 1);
     // a 7-point star fuses two steps into one pass of its square on the
-    // CUDA-core path (band fix-ups but for wrap); AUTO takes that path
+    // CUDA-core path (its band recomputed in place but for wrap); AUTO
+    // takes that path
     run_case(heat3d, 19, 22, 70, CS_MODE_CONSTANT, 0.5, 5, CC, false, "cuda-core", 2);
     run_case(heat3d, 12, 13, 20, CS_MODE_WRAP, 0.0, 4, AUTO, false, "cuda-core", 2);
     run_case(heat3d, 12, 13, 20, CS_MODE_REFLECT, 0.0, 3, AUTO, false, "cuda-core", 2);
