@@ -27,6 +27,7 @@
  * as zero; they feed only outputs outside the grid, not stored.
  */
 #include "kernels.cuh"
+#include "async_copy.cuh"
 
 #include <stdint.h>
 #include <string.h>
@@ -86,40 +87,6 @@ cc2d_needed(int rr, int i)
     return false;
 }
 
-/* Start copying one double from global to shared memory; when !ok the
-   destination is zero-filled and nothing is read. */
-static __device__ __forceinline__ void
-cc2d_copy_async(double *dst, const double *src, bool ok)
-{
-#if defined(CS_CUDA_EMULATION)
-    *dst = ok ? *src : 0.0;
-#else
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
-                 :
-                 : "r"(s), "l"(src), "r"(ok ? 8 : 0)
-                 : "memory");
-#endif
-}
-
-static __device__ __forceinline__ void
-cc2d_commit()
-{
-#if !defined(CS_CUDA_EMULATION)
-    asm volatile("cp.async.commit_group;" : : : "memory");
-#endif
-}
-
-/* Wait until at most N of this thread's groups are in flight. */
-template <int N>
-static __device__ __forceinline__ void
-cc2d_wait()
-{
-#if !defined(CS_CUDA_EMULATION)
-    asm volatile("cp.async.wait_group %0;" : : "n"(N) : "memory");
-#endif
-}
-
 /* Tile t (TY rows): its plane and first output row and column. */
 template <int TY>
 static __device__ __forceinline__ void
@@ -150,7 +117,7 @@ cc2d_issue(double *buf, const cc2d_params &p, ptrdiff_t t)
     for (int e = (int)threadIdx.x; e < TILE; e += T) {
         const int r = e / SX, c = e - (e / SX) * SX;
         const bool ok = y0 - R + r < p.lim_y && x0 - R + c < p.lim_x;
-        cc2d_copy_async(buf + e, ok ? src + r * p.in_pitch + c : p.in, ok);
+        cs_copy_async8(buf + e, ok ? src + r * p.in_pitch + c : p.in, ok);
     }
 }
 
@@ -239,7 +206,7 @@ cc2d_kernel(const cc2d_params p)
     if (t < p.tiles) {
         cc2d_issue<K, T>(smem, p, t);
     }
-    cc2d_commit();
+    cs_copy_commit();
     for (int i = 0; t < p.tiles; t += gridDim.x, i ^= 1) {
         /* the other buffer was read by the previous tile: all done with it
            before its next tile's copies start */
@@ -248,8 +215,8 @@ cc2d_kernel(const cc2d_params p)
         if (next < p.tiles) {
             cc2d_issue<K, T>(smem + (i ^ 1) * CC2D_TILE(K, T), p, next);
         }
-        cc2d_commit();
-        cc2d_wait<1>(); /* this tile's copies have landed ... */
+        cs_copy_commit();
+        cs_copy_wait<1>(); /* this tile's copies have landed ... */
         __syncthreads(); /* ... every thread's */
         double acc[CC2D_CY][CC2D_CX];
         cc2d_compute<K, SHAPE>(acc, smem + i * CC2D_TILE(K, T), p, tx, ty);
@@ -285,23 +252,37 @@ cs_cuda_cc2d_shape(const int size[3], const double *weights)
    against 144 GStencils/s for box2d49p, 172 against 157 for star2d13p:
    benchmarks/results/h100_cc2d_tiles.md); persistent blocks over all
    tiles. */
+/* Threads per block of the <K, SHAPE> instance. */
+static constexpr int
+cc2d_threads(int k, int shape)
+{
+    return k == 7 && shape == CS_CC2D_BOX ? 256 : 512;
+}
+
+size_t
+cs_cuda_cc2d_smem_bytes(int side, int shape)
+{
+    return 2 * (size_t)CC2D_TILE(side, cc2d_threads(side, shape))
+           * sizeof(double);
+}
+
 template <int K, int SHAPE>
 static cs_status
 cc2d_launch(cs_cuda_ctx *ctx, cc2d_params *p, const char *name)
 {
-    constexpr int T = K == 7 && SHAPE == CS_CC2D_BOX ? 256 : 512;
+    constexpr int T = cc2d_threads(K, SHAPE);
     p->tiles_plane = p->tiles_x * CEIL_DIV(p->ny, (ptrdiff_t)CC2D_TY(T));
     if (p->tiles_plane > PTRDIFF_MAX / p->nz) {
         cs_cuda_message(ctx, "%s: grid too large", name);
         return CS_ERR_UNSUPPORTED;
     }
     p->tiles = p->tiles_plane * p->nz;
-    const size_t smem = 2 * (size_t)CC2D_TILE(K, T) * sizeof(double);
+    const size_t smem = cs_cuda_cc2d_smem_bytes(K, SHAPE);
     CS_CUDA_CHECK(ctx,
                   cudaFuncSetAttribute(cc2d_kernel<K, SHAPE, T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem),
-                  name);
+                  "cudaFuncSetAttribute (cc2d shared memory)");
     int dev = 0, sms = 0;
     CS_CUDA_CHECK(ctx, cudaGetDevice(&dev), "cudaGetDevice");
     CS_CUDA_CHECK(ctx,

@@ -36,6 +36,7 @@
  * read as zero; they feed only outputs outside the grid, not stored.
  */
 #include "kernels.cuh"
+#include "async_copy.cuh"
 
 #include <limits.h>
 #include <string.h>
@@ -81,41 +82,6 @@ cc3d_tap(int dz, int dy, int dx)
                   <= (K - 1) / 2;
 }
 
-/* Start copying one double from global to shared memory; when !ok the
-   destination is zero-filled and nothing is read (src may be anything). */
-static __device__ __forceinline__ void
-cc3d_copy_async(double *dst, const double *src, bool ok)
-{
-#if defined(CS_CUDA_EMULATION)
-    *dst = ok ? *src : 0.0;
-#else
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
-                 :
-                 : "r"(s), "l"(src), "r"(ok ? 8 : 0)
-                 : "memory");
-#endif
-}
-
-/* Close the group of copies this thread started since the last one. */
-static __device__ __forceinline__ void
-cc3d_commit()
-{
-#if !defined(CS_CUDA_EMULATION)
-    asm volatile("cp.async.commit_group;" : : : "memory");
-#endif
-}
-
-/* Wait until at most N of this thread's groups are still in flight. */
-template <int N>
-static __device__ __forceinline__ void
-cc3d_wait()
-{
-#if !defined(CS_CUDA_EMULATION)
-    asm volatile("cp.async.wait_group %0;" : : "n"(N) : "memory");
-#endif
-}
-
 /*
  * Start copying input plane z (whole plane index; may lie in the far
  * halo or past it) into `tile`: this thread's element k is tile entry
@@ -134,8 +100,8 @@ cc3d_issue(double *tile, const cc3d_params &p, ptrdiff_t z,
         const int e = (int)threadIdx.x + k * CC3D_THREADS;
         if (TILE % CC3D_THREADS == 0 || e < TILE) {
             const bool readable = z_ok && ((ok >> k) & 1u);
-            cc3d_copy_async(tile + e, readable ? plane + goff[k] : p.in,
-                            readable);
+            cs_copy_async8(tile + e, readable ? plane + goff[k] : p.in,
+                           readable);
         }
     }
 }
@@ -205,14 +171,14 @@ cc3d_step(double (&acc)[K][CC3D_CY], double *tiles, const cc3d_params &p,
           unsigned ok, int toff, ptrdiff_t y, ptrdiff_t x)
 {
     constexpr int R = (K - 1) / 2;
-    cc3d_wait<STAGES - 2>();
+    cs_copy_wait<STAGES - 2>();
     __syncthreads();
     const int ahead = j + STAGES - 1;
     if (ahead < planes) {
         cc3d_issue<LOADS, TILE>(tiles + (ahead % STAGES) * TILE, p,
                                 z0 - R + ahead, goff, ok);
     }
-    cc3d_commit(); /* empty past the last plane: the count stays exact */
+    cs_copy_commit(); /* empty past the last plane: the count stays exact */
     cc3d_plane<K, SHAPE, BX, U>(acc, tiles + (j % STAGES) * TILE + toff, p);
     /* output plane z0 - 2r + j is complete; planes before z0 are not
        this block's (their inputs started mid-way) */
@@ -271,7 +237,7 @@ cc3d_kernel(const cc3d_params p)
             cc3d_issue<LOADS, TILE>(tiles + q * TILE, p, z0 - R + q, goff,
                                     ok);
         }
-        cc3d_commit();
+        cs_copy_commit();
     }
 
     const int toff = ty * CC3D_CY * SX + tx;

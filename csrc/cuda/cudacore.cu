@@ -160,6 +160,24 @@ launch_cudacore(cs_cuda_ctx *ctx, cc_params p, const char *name)
     return CS_OK;
 }
 
+/* Whether cc2d may run a kernel of this side and tap set into `out`: its
+   rows 16-byte aligned, and the device's shared memory large enough. */
+static cs_status
+cc2d_fits(cs_cuda_ctx *ctx, const cs_dgrid *out, int side, int shape,
+          int *fits)
+{
+    int dev = 0, optin = 0;
+    CS_CUDA_CHECK(ctx, cudaGetDevice(&dev), "cudaGetDevice");
+    CS_CUDA_CHECK(ctx,
+                  cudaDeviceGetAttribute(
+                      &optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                  "cudaDeviceGetAttribute (shared memory per block)");
+    *fits = (uintptr_t)out->origin % 16 == 0 && out->pitch % 2 == 0
+            && out->plane % 2 == 0
+            && cs_cuda_cc2d_smem_bytes(side, shape) <= (size_t)optin;
+    return CS_OK;
+}
+
 cs_status
 cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k)
@@ -179,12 +197,13 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     if (shape >= 0) {
         return cs_cuda_cc3d_step(ctx, in, out, k, shape); /* streams in z */
     }
-    const int aligned = (uintptr_t)out->origin % 16 == 0
-                        && out->pitch % 2 == 0 && out->plane % 2 == 0;
-    const int shape2 =
-        aligned ? cs_cuda_cc2d_shape(k->size, k->host_weights) : -1;
+    const int shape2 = cs_cuda_cc2d_shape(k->size, k->host_weights);
     if (shape2 >= 0) {
-        return cs_cuda_cc2d_step(ctx, in, out, k, shape2); /* planar */
+        int fits = 0;
+        CS_TRY(cc2d_fits(ctx, out, k->size[1], shape2, &fits));
+        if (fits) {
+            return cs_cuda_cc2d_step(ctx, in, out, k, shape2); /* planar */
+        }
     }
     cc_params p;
     cs_step_params_grids(&p, in, out);

@@ -154,6 +154,12 @@ enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1 };
 int
 cs_cuda_cc2d_shape(const int size[3], const double *weights);
 
+/* Shared memory (bytes) a cc2d block of a kernel of this side and tap
+   set opts into (up to 150 KB: cs_cuda_core_step runs cc2d only where
+   the device allows it). */
+size_t
+cs_cuda_cc2d_smem_bytes(int side, int shape);
+
 /*
  * One step of a planar kernel of tap set `shape` (cs_cuda_cc2d_shape of
  * k, >= 0) on every plane: cs_cuda_core_step's contract, whose checks of
