@@ -49,7 +49,7 @@ typedef struct cc2d_params {
     double *out;
     ptrdiff_t in_pitch, in_plane, out_pitch, out_plane;
     ptrdiff_t nz, ny, nx;
-    ptrdiff_t lim_z, lim_y, lim_x; /* n + halo of `in`: first unreadable */
+    ptrdiff_t lim_y, lim_x; /* n + halo of `in`: first unreadable */
     ptrdiff_t tiles_x, tiles_plane, tiles; /* per row, per plane, in all */
     double w[CC2D_MAX_K * CC2D_MAX_K];     /* K x K, C order */
 } cc2d_params;
@@ -271,6 +271,10 @@ static cs_status
 cc2d_launch(cs_cuda_ctx *ctx, cc2d_params *p, const char *name)
 {
     constexpr int T = cc2d_threads(K, SHAPE);
+    if (ctx->sms < 1) {
+        cs_cuda_message(ctx, "%s: the device's SM count is not known", name);
+        return CS_ERR_INVALID;
+    }
     p->tiles_plane = p->tiles_x * CEIL_DIV(p->ny, (ptrdiff_t)CC2D_TY(T));
     if (p->tiles_plane > PTRDIFF_MAX / p->nz) {
         cs_cuda_message(ctx, "%s: grid too large", name);
@@ -283,13 +287,7 @@ cc2d_launch(cs_cuda_ctx *ctx, cc2d_params *p, const char *name)
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem),
                   "cudaFuncSetAttribute (cc2d shared memory)");
-    int dev = 0, sms = 0;
-    CS_CUDA_CHECK(ctx, cudaGetDevice(&dev), "cudaGetDevice");
-    CS_CUDA_CHECK(ctx,
-                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                         dev),
-                  "cudaDeviceGetAttribute (SM count)");
-    const ptrdiff_t most = (ptrdiff_t)sms * CC2D_MINB(T);
+    const ptrdiff_t most = (ptrdiff_t)ctx->sms * CC2D_MINB(T);
     const ptrdiff_t blocks = p->tiles < most ? p->tiles : most;
     cc2d_kernel<K, SHAPE, T><<<(unsigned)blocks, T, smem, ctx->stream>>>(*p);
     return cs_cuda_check_launch(ctx, name);
@@ -302,7 +300,7 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     const int ks = k->size[1];
     cc2d_params p;
     memset(&p, 0, sizeof(p));
-    cs_step_params_grids(&p, in, out);
+    cs_params_grids(&p, in, out);
     memcpy(p.w, k->host_weights, (size_t)ks * ks * sizeof(double));
     p.tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)CC2D_TX);
     switch (ks * 2 + (shape == CS_CC2D_PLUS)) {

@@ -13,8 +13,8 @@
  * barrier per plane suffices.  (On the H100, 64 x 16 was within 1% of the
  * best tile measured for box3d27p and the fused heat3d pass, 8 rows per
  * thread spill on side 5: benchmarks/results/h100_cc3d_tiles.md; a ring
- * of 3 ran about 16% faster than a ring of 2 and 3 to 6% faster than 4:
- * h100_cc3d_stages.md.)  Grids at most 16 columns wide take tiles of
+ * of 3 ran about 16% faster than a ring of 2 (1% for the dense 5 x 5 x 5
+ * cube) and 3 to 6% faster than 4: h100_cc3d_stages.md.)  Grids at most 16 columns wide take tiles of
  * 8 x 128 instead.
  *
  * Thread (tx, ty) computes CY = 4 consecutive rows of column tx (register

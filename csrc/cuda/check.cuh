@@ -35,6 +35,9 @@ typedef struct cs_cuda_ctx {
     int poison_memory;    /* testing: fill new device memory with NaN */
     char *err;            /* message buffer, may be NULL */
     size_t err_len;
+    /* the device's facts, read once per apply before any launch */
+    int sms;              /* multiprocessors */
+    int smem_optin;       /* shared memory (bytes) a block may opt into */
 } cs_cuda_ctx;
 
 /* printf into the context's message buffer (the first failure wins). */

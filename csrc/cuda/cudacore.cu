@@ -162,20 +162,12 @@ launch_cudacore(cs_cuda_ctx *ctx, cc_params p, const char *name)
 
 /* Whether cc2d may run a kernel of this side and tap set into `out`: its
    rows 16-byte aligned, and the device's shared memory large enough. */
-static cs_status
-cc2d_fits(cs_cuda_ctx *ctx, const cs_dgrid *out, int side, int shape,
-          int *fits)
+static int
+cc2d_fits(const cs_cuda_ctx *ctx, const cs_dgrid *out, int side, int shape)
 {
-    int dev = 0, optin = 0;
-    CS_CUDA_CHECK(ctx, cudaGetDevice(&dev), "cudaGetDevice");
-    CS_CUDA_CHECK(ctx,
-                  cudaDeviceGetAttribute(
-                      &optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
-                  "cudaDeviceGetAttribute (shared memory per block)");
-    *fits = (uintptr_t)out->origin % 16 == 0 && out->pitch % 2 == 0
-            && out->plane % 2 == 0
-            && cs_cuda_cc2d_smem_bytes(side, shape) <= (size_t)optin;
-    return CS_OK;
+    return (uintptr_t)out->origin % 16 == 0 && out->pitch % 2 == 0
+           && out->plane % 2 == 0
+           && cs_cuda_cc2d_smem_bytes(side, shape) <= (size_t)ctx->smem_optin;
 }
 
 cs_status
@@ -198,12 +190,8 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         return cs_cuda_cc3d_step(ctx, in, out, k, shape); /* streams in z */
     }
     const int shape2 = cs_cuda_cc2d_shape(k->size, k->host_weights);
-    if (shape2 >= 0) {
-        int fits = 0;
-        CS_TRY(cc2d_fits(ctx, out, k->size[1], shape2, &fits));
-        if (fits) {
-            return cs_cuda_cc2d_step(ctx, in, out, k, shape2); /* planar */
-        }
+    if (shape2 >= 0 && cc2d_fits(ctx, out, k->size[1], shape2)) {
+        return cs_cuda_cc2d_step(ctx, in, out, k, shape2); /* planar */
     }
     cc_params p;
     cs_step_params_grids(&p, in, out);

@@ -495,11 +495,12 @@ cc2d_runs_better(const cs_kernel *kernel)
 
 /*
  * Is there a device, and may `path` run `kernel` on it?  Sets *use_tc and
- * *smem_optin (shared memory a block may opt into).
+ * the device's facts in ctx (SM count, shared memory a block may opt
+ * into), which the launchers use.
  */
 static cs_status
 choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
-            cs_cuda_path path, int *use_tc, int *smem_optin)
+            cs_cuda_path path, int *use_tc)
 {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -517,9 +518,13 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
                                    dev);
     }
     if (e == cudaSuccess) {
-        e = cudaDeviceGetAttribute(smem_optin,
+        e = cudaDeviceGetAttribute(&ctx->smem_optin,
                                    cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                    dev);
+    }
+    if (e == cudaSuccess) {
+        e = cudaDeviceGetAttribute(&ctx->sms,
+                                   cudaDevAttrMultiProcessorCount, dev);
     }
     if (e != cudaSuccess) {
         return cs_cuda_fail(ctx, e, "cudaDeviceGetAttribute");
@@ -667,7 +672,7 @@ plan_planes(cs_cuda_ctx *ctx, apply_state *s)
 static cs_status
 plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
                  long steps, cs_mode mode, const ptrdiff_t shape[3],
-                 const fold1d *fold, int smem_optin, cs_fusion_plan *plan)
+                 const fold1d *fold, cs_fusion_plan *plan)
 {
     ptrdiff_t max_side[3];
     CS_TRY(fusion_max_side(ctx, kernel, fold, max_side));
@@ -696,10 +701,10 @@ plan_tensor_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
     }
     if (wide) {
         CS_TRY(cs_cuda_tc1d_check_layout(ctx, &s->layout,
-                                         (size_t)smem_optin));
+                                         (size_t)ctx->smem_optin));
     } else {
         CS_TRY(cs_cuda_tc2d_check_layout(ctx, &s->layout,
-                                         (size_t)smem_optin));
+                                         (size_t)ctx->smem_optin));
     }
     s->use_tc3d = s->composed.size[0] > 1;
     if (s->use_tc3d) {
@@ -1017,6 +1022,8 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
     ctx.poison_memory = poison_env != NULL && strcmp(poison_env, "0") != 0;
     ctx.err = err;
     ctx.err_len = err_len;
+    ctx.sms = 0; /* choose_path reads the device's facts */
+    ctx.smem_optin = 0;
     if (err != NULL && err_len > 0) {
         err[0] = '\0';
     }
@@ -1031,12 +1038,12 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
     }
 
     cs_status st = check_args(&ctx, in, out, shape, kernel, mode, steps, path);
-    int use_tc = 0, smem_optin = 0;
+    int use_tc = 0;
     fold1d fold;
     memset(&fold, 0, sizeof(fold));
     if (st == CS_OK) {
         fold = fold1d_plan(shape, kernel);
-        st = choose_path(&ctx, kernel, &fold, path, &use_tc, &smem_optin);
+        st = choose_path(&ctx, kernel, &fold, path, &use_tc);
     }
     if (st != CS_OK) {
         return st;
@@ -1063,7 +1070,7 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
     plan.remainder = steps;
     if (use_tc) {
         st = plan_tensor_core(&ctx, &s, kernel, steps, mode, shape, &fold,
-                              smem_optin, &plan);
+                              &plan);
     } else {
         st = plan_cuda_core(&ctx, &s, kernel, steps, mode, shape, &fold,
                             &plan);

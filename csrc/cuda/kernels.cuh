@@ -86,13 +86,14 @@ cs_cuda_fold1d_fix_ends(cs_cuda_ctx *ctx, const cs_dgrid *src,
 /* ---- cudacore.cu ------------------------------------------------------ */
 
 /*
- * The grid fields of a CUDA-core step's launch parameters (cudacore.cu,
- * cc3d.cu: structs with these members): origins, pitches, extents, and
- * lim = n + halo of `in`, the first index a load may not read.
+ * The grid fields of a kernel's launch parameters (every kernel struct
+ * with these members: cc2d.cu, and the tensor-core kernels through
+ * tc_params.cuh): origins, pitches, extents, and lim = n + halo of `in`,
+ * the first row and column a load may not read.
  */
 template <class Params>
 static inline void
-cs_step_params_grids(Params *p, const cs_dgrid *in, const cs_dgrid *out)
+cs_params_grids(Params *p, const cs_dgrid *in, const cs_dgrid *out)
 {
     p->in = in->origin;
     p->out = out->origin;
@@ -103,9 +104,18 @@ cs_step_params_grids(Params *p, const cs_dgrid *in, const cs_dgrid *out)
     p->nz = in->n[0];
     p->ny = in->n[1];
     p->nx = in->n[2];
-    p->lim_z = in->n[0] + in->halo[0];
     p->lim_y = in->n[1] + in->halo[1];
     p->lim_x = in->n[2] + in->halo[2];
+}
+
+/* The same and lim_z, the first plane a load may not read, for the
+   kernels that stream along z (cudacore.cu, cc3d.cu). */
+template <class Params>
+static inline void
+cs_step_params_grids(Params *p, const cs_dgrid *in, const cs_dgrid *out)
+{
+    cs_params_grids(p, in, out);
+    p->lim_z = in->n[0] + in->halo[0];
 }
 
 /*

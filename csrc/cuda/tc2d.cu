@@ -343,7 +343,7 @@ cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
              && plan->wa != NULL && plan->wb != NULL
              && (ky == 1 || ky == 3 || ky == 5 || ky == 7)
              && in->halo[1] >= (ky - 1) / 2 && in->halo[2] >= 3
-             && plan->spare_sms >= 0
+             && plan->spare_sms >= 0 && ctx->sms >= 1
              /* double2 stores: 16-byte aligned rows */
              && ((uintptr_t)out->origin % 16) == 0 && out->pitch % 2 == 0
              && out->plane % 2 == 0
@@ -356,12 +356,6 @@ cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         cs_cuda_message(ctx, "cs_cuda_tc2d_pass: invalid grids or plan");
         return CS_ERR_INVALID;
     }
-    int dev = 0, sms = 0;
-    CS_CUDA_CHECK(ctx, cudaGetDevice(&dev), "cudaGetDevice");
-    CS_CUDA_CHECK(ctx,
-                  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                         dev),
-                  "cudaDeviceGetAttribute (multiprocessors)");
     tc2d_params p;
     memset(&p, 0, sizeof(p));
     ptrdiff_t tiles = 0;
@@ -370,7 +364,8 @@ cs_cuda_tc2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.tiles_plane = tiles;
     /* one block per SM, less the SMs left to the band fix-ups */
     p.blocks =
-        (unsigned)(sms - plan->spare_sms >= 1 ? sms - plan->spare_sms : 1);
+        (unsigned)(ctx->sms - plan->spare_sms >= 1 ? ctx->sms - plan->spare_sms
+                                                   : 1);
     const size_t smem = tc2d_smem_bytes(plan->matrix_size);
     static const char *const names[4] = {
         "tc2d_kernel<ky=1>", "tc2d_kernel<ky=3>", "tc2d_kernel<ky=5>",

@@ -26,17 +26,7 @@ tc_params_fill(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                const cs_tc2d_plan *plan, int tile_rows, int tile_cols,
                const char *kernel, Params *p, ptrdiff_t *blocks)
 {
-    p->in = in->origin;
-    p->out = out->origin;
-    p->in_pitch = in->pitch;
-    p->in_plane = in->plane;
-    p->out_pitch = out->pitch;
-    p->out_plane = out->plane;
-    p->nz = in->n[0];
-    p->ny = in->n[1];
-    p->nx = in->n[2];
-    p->lim_y = in->n[1] + in->halo[1];
-    p->lim_x = in->n[2] + in->halo[2];
+    cs_params_grids(p, in, out);
     p->ld = plan->ld;
     p->matrix_size = plan->matrix_size;
     p->lut = plan->lut;
