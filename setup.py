@@ -98,7 +98,13 @@ def make_extension():
         library_dirs.append(os.path.join(cuda_home, "lib64"))
         # static runtime: the wheel needs only the driver on the user's machine
         libraries += ["cudart_static", "rt", "dl", "pthread", "stdc++"]
-    ext = Extension("convstencil._core", sources=sources,
+    # every engine file: setuptools relinks the module only when one of
+    # its sources or depends is newer than it, and the CUDA objects are
+    # not sources (an edited .cu or header would leave a stale module)
+    depends = sorted(glob.glob("csrc/**/*.h", recursive=True)
+                     + glob.glob("csrc/cuda/*.cu")
+                     + glob.glob("csrc/cuda/*.cuh"))
+    ext = Extension("convstencil._core", sources=sources, depends=depends,
                     include_dirs=[np.get_include(), "csrc"],
                     define_macros=macros, extra_compile_args=compile_args,
                     extra_link_args=link_args, libraries=libraries,

@@ -103,7 +103,7 @@ tc_launch_planes(cs_cuda_ctx *ctx, Params &p, int ky, ptrdiff_t tiles,
 }
 
 /* Where layout.h puts real element (x, y) of the tile: -1 for a dirty one. */
-static ptrdiff_t
+static inline ptrdiff_t
 tc_expected_slot(const cs_layout2d *L, int matrix, int x, int y)
 {
     const int P = L->payload, G = L->group;
@@ -119,7 +119,7 @@ tc_expected_slot(const cs_layout2d *L, int matrix, int x, int y)
  * stride P), or in a dump slot of its own?  NULL when it does, else what
  * is wrong; *nomem is set when the check could not allocate.
  */
-static const char *
+static inline const char *
 tc_layout_slots_wrong(const cs_layout2d *L, int *nomem)
 {
     *nomem = 0;
