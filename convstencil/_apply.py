@@ -1,6 +1,7 @@
 """apply(): validate and convert arguments, run the engine, report."""
 import numbers
 import operator
+import threading
 
 import numpy as np
 
@@ -113,6 +114,21 @@ def _as_grid(grid, out):
     return np.array(a, dtype=np.float64, order="C", copy=True)
 
 
+def _interrupt_backup(grid, src, out):
+    """What `out` holds now, where it shares memory with the grid (an
+    interrupted run leaves partial results in `out`, and must not in the
+    grid); None elsewhere.  `src` is the engine's private copy of the
+    grid, which is that content when `out` is the grid itself."""
+    if src is grid or not np.may_share_memory(np.asarray(grid), out):
+        return None
+    a = np.asarray(grid)
+    same_view = (a.dtype == out.dtype and a.shape == out.shape
+                 and a.strides == out.strides
+                 and a.__array_interface__["data"][0]
+                 == out.__array_interface__["data"][0])
+    return src if same_view else out.copy()
+
+
 def _check_out(out, shape):
     if not isinstance(out, np.ndarray):
         raise TypeError("out must be a numpy.ndarray, got %s"
@@ -142,6 +158,10 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
     points) only; CUDA cores).  The result is a new float64 C-contiguous
     array, or `out` (float64, C-contiguous, the grid's shape; it may be
     the grid itself).  The input is never modified unless it is `out`.
+
+    A long run stops at Ctrl-C (KeyboardInterrupt, raised within about a
+    tenth of a second on the CPU): the grid is then left as it was, even
+    when it is `out`; any other `out` may hold partial results.
     """
     w = _resolve_weights(stencil, weights)
     steps = _resolve_steps(steps)
@@ -163,8 +183,15 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
         # copy the grid first (its passes must not write what they read)
         out = np.empty(src.shape, dtype=np.float64)
     engine, path = _backends.BACKEND_CODES[name]
-    info = _core.run(src, w, out, steps, MODE_CODES[mode], cval, engine,
-                     path, 0)
+    before = _interrupt_backup(grid, src, out)
+    try:
+        info = _core.run(src, w, out, steps, MODE_CODES[mode], cval, engine,
+                         path, 0, threading.current_thread()
+                         is threading.main_thread())
+    except KeyboardInterrupt:
+        if before is not None:
+            np.copyto(out, before)  # an interrupted run keeps the grid
+        raise
     _last_run_info.clear()
     _last_run_info.update(info)
     _last_run_info["steps"] = steps

@@ -12,6 +12,7 @@
 #include <numpy/arrayobject.h>
 
 #include <math.h>
+#include <time.h>
 
 #include "stencil.h"
 #include "cpu/cpu_engine.h"
@@ -102,6 +103,48 @@ info_to_dict(const cs_run_info *info)
                          "device_seconds", seconds);
 }
 
+/* ---- Ctrl-C during a run: the engines poll this between steps ---- */
+
+#define SIGNAL_POLL_SECONDS 0.1 /* a tenth of a second between looks */
+
+typedef struct signal_poll {
+    double next; /* clock reading of the next look */
+} signal_poll;
+
+static double
+monotonic_seconds(void)
+{
+#if defined(CLOCK_MONOTONIC)
+    struct timespec t;
+    if (clock_gettime(CLOCK_MONOTONIC, &t) == 0) {
+        return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    }
+#endif
+    return (double)time(NULL);
+}
+
+/*
+ * cs_interrupt's poll: at most every SIGNAL_POLL_SECONDS, take the GIL
+ * and run Python's signal handlers (in the main thread; elsewhere they
+ * do nothing).  A handler that raises (KeyboardInterrupt, by default on
+ * SIGINT) stops the run; its exception stays set for run() to return.
+ * Called without the GIL, from the thread that released it.
+ */
+static int
+poll_signals(void *arg)
+{
+    signal_poll *sp = (signal_poll *)arg;
+    const double now = monotonic_seconds();
+    if (now < sp->next) {
+        return 0;
+    }
+    sp->next = now + SIGNAL_POLL_SECONDS;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    const int raised = PyErr_CheckSignals() != 0;
+    PyGILState_Release(gil);
+    return raised;
+}
+
 static void
 raise_status(cs_status status, const char *backend, const char *detail)
 {
@@ -123,11 +166,14 @@ raise_status(cs_status status, const char *backend, const char *detail)
 }
 
 PyDoc_STRVAR(run_doc,
-"run(grid, weights, out, steps, mode, cval, backend, path, threads) -> dict\n"
+"run(grid, weights, out, steps, mode, cval, backend, path, threads,\n"
+"    interruptible) -> dict\n"
 "\n"
 "Apply `weights` to `grid` `steps` times into `out` (all float64,\n"
 "C-contiguous, same ndim; out may be grid).  mode, backend and path are\n"
-"the integer codes of convstencil._apply.  Returns what the run did.\n"
+"the integer codes of convstencil._apply.  With `interruptible` (the\n"
+"main thread: the only one that runs signal handlers) the run stops at\n"
+"a signal whose handler raises, e.g. Ctrl-C.  Returns what the run did.\n"
 "Use convstencil.apply(): this function assumes validated arguments.");
 
 static PyObject *
@@ -135,7 +181,7 @@ run(PyObject *self, PyObject *args)
 {
     PyArrayObject *grid, *weights, *out;
     long steps;
-    int mode, backend, path, threads;
+    int mode, backend, path, threads, interruptible;
     double cval;
     cs_kernel kernel = {0};
     cs_run_info info = {0};
@@ -144,9 +190,10 @@ run(PyObject *self, PyObject *args)
     const char *backend_name = "cpu";
     PyObject *result = NULL;
 
-    if (!PyArg_ParseTuple(args, "O!O!O!lidiii", &PyArray_Type, &grid,
+    if (!PyArg_ParseTuple(args, "O!O!O!lidiiip", &PyArray_Type, &grid,
                           &PyArray_Type, &weights, &PyArray_Type, &out,
-                          &steps, &mode, &cval, &backend, &path, &threads)) {
+                          &steps, &mode, &cval, &backend, &path, &threads,
+                          &interruptible)) {
         return NULL;
     }
     if (check_arrays(grid, weights, out) < 0) {
@@ -177,11 +224,16 @@ run(PyObject *self, PyObject *args)
 
     const double *in_data = PyArray_DATA(grid);
     double *out_data = PyArray_DATA(out);
+    signal_poll sp = {monotonic_seconds() + SIGNAL_POLL_SECONDS};
+    /* elsewhere than in the main thread the poll would only take the
+       GIL, from threads that may need it */
+    const cs_interrupt intr = {interruptible ? poll_signals : NULL, &sp};
     switch (backend) {
     case BACKEND_CPU:
         Py_BEGIN_ALLOW_THREADS
         status = cs_cpu_apply(in_data, out_data, shape, &kernel,
-                              (cs_mode)mode, cval, steps, threads, &info);
+                              (cs_mode)mode, cval, steps, threads, &info,
+                              &intr);
         Py_END_ALLOW_THREADS
         break;
     case BACKEND_CPU_TC:
@@ -189,7 +241,7 @@ run(PyObject *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         status = cs_tc_emulation_apply(in_data, out_data, shape, &kernel,
                                        (cs_mode)mode, cval, steps, threads,
-                                       &info);
+                                       &info, &intr);
         Py_END_ALLOW_THREADS
         break;
     case BACKEND_CUDA:
@@ -198,7 +250,7 @@ run(PyObject *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         status = cs_cuda_apply(in_data, out_data, shape, &kernel,
                                (cs_mode)mode, cval, steps,
-                               (cs_cuda_path)path, &info, detail,
+                               (cs_cuda_path)path, &info, &intr, detail,
                                sizeof(detail));
         Py_END_ALLOW_THREADS
 #else
@@ -209,6 +261,13 @@ run(PyObject *self, PyObject *args)
         break;
     default:
         PyErr_SetString(PyExc_ValueError, "unknown backend code");
+        goto exit;
+    }
+    if (status == CS_ERR_INTERRUPTED) {
+        /* the signal handler's exception (KeyboardInterrupt) is set */
+        if (!PyErr_Occurred()) {
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+        }
         goto exit;
     }
     if (status != CS_OK) {

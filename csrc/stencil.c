@@ -32,8 +32,16 @@ cs_status_string(cs_status status)
         return "no CUDA device";
     case CS_ERR_DEVICE_NOMEM:
         return "out of device memory";
+    case CS_ERR_INTERRUPTED:
+        return "interrupted";
     }
     return "unknown status";
+}
+
+int
+cs_interrupt_requested(const cs_interrupt *intr)
+{
+    return intr != NULL && intr->poll != NULL && intr->poll(intr->arg) != 0;
 }
 
 static ptrdiff_t

@@ -28,11 +28,29 @@ typedef enum cs_status {
     CS_ERR_UNSUPPORTED = 3, /* valid, but this backend cannot run it */
     CS_ERR_CUDA = 4,        /* a CUDA call failed; see the backend's message */
     CS_ERR_NO_DEVICE = 5,   /* no usable GPU */
-    CS_ERR_DEVICE_NOMEM = 6 /* a device allocation failed */
+    CS_ERR_DEVICE_NOMEM = 6, /* a device allocation failed */
+    CS_ERR_INTERRUPTED = 7   /* the caller's poll asked to stop */
 } cs_status;
 
 const char *
 cs_status_string(cs_status status);
+
+/*
+ * A caller's way to stop a long run (a user's Ctrl-C): the engines call
+ * poll(arg) between steps or passes, on the thread that called them, and
+ * when it returns nonzero they free what they hold and return
+ * CS_ERR_INTERRUPTED; `out` may then hold partial results, `in` is never
+ * written.  poll runs as often as every step: it must be cheap (look at
+ * a clock, and do real work only every tenth of a second or so).
+ */
+typedef struct cs_interrupt {
+    int (*poll)(void *arg);
+    void *arg;
+} cs_interrupt;
+
+/* Whether `intr` (NULL: never) asks to stop now. */
+int
+cs_interrupt_requested(const cs_interrupt *intr);
 
 /* Boundary modes, with scipy.ndimage's names and meanings. */
 typedef enum cs_mode {

@@ -1032,9 +1032,17 @@ direct_units(const engine *e, const box *b, const double *src, double *dst,
     }
 }
 
+/*
+ * Direct path: the whole grid in two padded buffers, one step at a time.
+ * Thread 0 (the caller's thread) polls `intr` during each step and
+ * writes the step it stops after into stop_after; the step's barrier
+ * publishes it, and every thread leaves after that step (a value meant
+ * for a later step is never mistaken for this one's).  The output is
+ * written only after the last step.
+ */
 static cs_status
 run_direct(const engine *e, const double *in, double *out, long steps,
-           int nt)
+           int nt, const cs_interrupt *intr)
 {
     size_t size = (size_t)((e->n[0] + 2 * e->r[0]) * e->stride[0] + LANES);
     size_t moves = (size_t)MAX(ROW_HALO_MOVES(e->r[2]), 1);
@@ -1063,6 +1071,7 @@ run_direct(const engine *e, const double *in, double *out, long steps,
     row_halo_build(e, &whole, &h);
     /* a constant halo beyond y and z is never overwritten: fill it once */
     const int constant = (e->mode == CS_MODE_CONSTANT);
+    long stop_after = -1; /* the step after which every thread stops */
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
@@ -1087,21 +1096,38 @@ run_direct(const engine *e, const double *in, double *out, long steps,
         for (long s = 0; s < steps; s++) {
             direct_fill_halo(e, &whole, &h, src, constant && s > 0);
             direct_units(e, &whole, src, dst, tap, nseg, u0, u1);
+            if (thread_id() == 0 && s + 1 < steps
+                && cs_interrupt_requested(intr)) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+                stop_after = s;
+            }
             team_barrier();
             double *t = src;
             src = dst;
             dst = t;
+            long stop;
+#ifdef _OPENMP
+#pragma omp atomic read
+#endif
+            stop = stop_after;
+            if (stop == s) {
+                break;
+            }
         }
-        for (ptrdiff_t z = z0; z < z1; z++) {
-            store_plane(e, &whole, &whole, direct_plane(e, &whole, src, z),
-                        z, out);
+        if (stop_after < 0) {
+            for (ptrdiff_t z = z0; z < z1; z++) {
+                store_plane(e, &whole, &whole,
+                            direct_plane(e, &whole, src, z), z, out);
+            }
         }
     }
     free(raw_a);
     free(raw_b);
     free(taps);
     free(halo_moves);
-    return CS_OK;
+    return stop_after < 0 ? CS_OK : CS_ERR_INTERRUPTED;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1462,9 +1488,14 @@ run_tile(const engine *e, const tiling *tl, ptrdiff_t index, int depth,
     }
 }
 
+/*
+ * Blocked path: passes of tl->depth steps over the tiles.  Before each
+ * pass but the first, thread 0 (the caller's) polls `intr` and a barrier
+ * publishes its answer, so every thread leaves at the same pass.
+ */
 static cs_status
 run_blocked(const engine *e, const tiling *tl, const double *in,
-            double *out, long steps, int nt)
+            double *out, long steps, int nt, const cs_interrupt *intr)
 {
     size_t npoints = (size_t)(e->n[0] * e->n[1] * e->n[2]);
     ptrdiff_t ntiles = tl->count[0] * tl->count[1] * tl->count[2];
@@ -1502,6 +1533,7 @@ run_blocked(const engine *e, const tiling *tl, const double *in,
         memcpy(grid, in, npoints * sizeof(double));
         first = grid;
     }
+    int stop = 0;
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
@@ -1516,6 +1548,15 @@ run_blocked(const engine *e, const tiling *tl, const double *in,
         ws.halo.src = ws.halo.dst + moves;
         ws.scratch = scratch + id * row;
         for (long p = 0; p < passes; p++) {
+            if (p > 0) {
+                if (thread_id() == 0) {
+                    stop = cs_interrupt_requested(intr);
+                }
+                team_barrier();
+                if (stop) {
+                    break;
+                }
+            }
             int depth = (int)MIN((long)tl->depth, steps - p * tl->depth);
             double *g_dst = ((passes - 1 - p) % 2 == 0) ? out : grid;
             const double *g_src = (p == 0) ? first
@@ -1533,7 +1574,7 @@ run_blocked(const engine *e, const tiling *tl, const double *in,
     free(scratch);
     free(taps);
     free(halo_moves);
-    return CS_OK;
+    return stop ? CS_ERR_INTERRUPTED : CS_OK;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1543,7 +1584,7 @@ run_blocked(const engine *e, const tiling *tl, const double *in,
 cs_status
 cs_cpu_apply(const double *in, double *out, const ptrdiff_t shape[3],
              const cs_kernel *kernel, cs_mode mode, double cval, long steps,
-             int num_threads, cs_run_info *info)
+             int num_threads, cs_run_info *info, const cs_interrupt *intr)
 {
     cs_status st = check_args(in, out, shape, kernel, mode, steps);
     if (st != CS_OK) {
@@ -1570,12 +1611,12 @@ cs_cpu_apply(const double *in, double *out, const ptrdiff_t shape[3],
             && plan_tiling(&e, steps, nt, &tl)) {
             engine_layout(&e, tile_held(&e, &tl, 1),
                           tile_held(&e, &tl, 2));
-            st = run_blocked(&e, &tl, in, out, steps, nt);
+            st = run_blocked(&e, &tl, in, out, steps, nt, intr);
             path = "direct-temporal-blocked";
         }
         else {
             engine_layout(&e, e.n[1], e.n[2]);
-            st = run_direct(&e, in, out, steps, nt);
+            st = run_direct(&e, in, out, steps, nt, intr);
         }
         engine_free(&e);
     }
@@ -1652,7 +1693,7 @@ cs_cpu_fix_bands(const double *in, double *out, const ptrdiff_t shape[3],
             glo[a] = side == 0 ? 0 : shape[a] - plan->strip[a];
             copy_box(strip, sshape, origin, in, shape, glo, sshape);
             st = cs_cpu_apply(strip, strip, sshape, kernel, mode, cval,
-                              plan->depth, num_threads, NULL);
+                              plan->depth, num_threads, NULL, NULL);
             if (st != CS_OK) {
                 break;
             }

@@ -17,13 +17,14 @@ extern "C" {
  * extents shape[0..2] (leading 1s for 1D/2D).  `in` and `out` may be the
  * same buffer.  steps == 0 copies.  num_threads <= 0 uses the OpenMP
  * default.  Runs without touching Python: the caller releases the GIL.
+ * `intr` (may be NULL) is polled between steps (CS_ERR_INTERRUPTED).
  * Every kernel extent must be odd; any radius is accepted (radius larger
  * than the grid included).
  */
 cs_status
 cs_cpu_apply(const double *in, double *out, const ptrdiff_t shape[3],
              const cs_kernel *kernel, cs_mode mode, double cval, long steps,
-             int num_threads, cs_run_info *info);
+             int num_threads, cs_run_info *info, const cs_interrupt *intr);
 
 /*
  * Recompute, step by step, the outputs of one fused pass that lie within

@@ -496,20 +496,25 @@ build_fused(const cs_kernel *kernel, const cs_fusion_plan *plan,
 }
 
 /*
- * The step loop: fused passes (band-corrected), then single steps.
- * `before` (one grid) holds the input of a banded pass when that input
- * is `out` itself; it may be NULL when no pass needs a band.
+ * The step loop: fused passes (band-corrected), then single steps, each
+ * after a look at `intr`.  `before` (one grid) holds the input of a
+ * banded pass when that input is `out` itself; it may be NULL when no
+ * pass needs a band.
  */
 static cs_status
 run_steps(const double *in, double *out, const ptrdiff_t shape[3],
           const cs_kernel *kernel, const tc_kernel *base,
           const tc_kernel *fused, const cs_fusion_plan *plan, cs_mode mode,
-          double cval, int nthreads, double *before, size_t count)
+          double cval, int nthreads, double *before, size_t count,
+          const cs_interrupt *intr)
 {
     const double *src = in;
     cs_status st = CS_OK;
 
     for (long p = 0; p < plan->passes && st == CS_OK; p++) {
+        if (cs_interrupt_requested(intr)) {
+            return CS_ERR_INTERRUPTED;
+        }
         const double *pass_in = src;
         if (plan->needs_band && src == out) {
             memcpy(before, src, count * sizeof(double));
@@ -523,6 +528,9 @@ run_steps(const double *in, double *out, const ptrdiff_t shape[3],
         src = out;
     }
     for (long r = 0; r < plan->remainder && st == CS_OK; r++) {
+        if (cs_interrupt_requested(intr)) {
+            return CS_ERR_INTERRUPTED;
+        }
         st = tc_pass(src, out, shape, base, mode, cval, nthreads);
         src = out;
     }
@@ -532,7 +540,8 @@ run_steps(const double *in, double *out, const ptrdiff_t shape[3],
 cs_status
 cs_tc_emulation_apply(const double *in, double *out, const ptrdiff_t shape[3],
                       const cs_kernel *kernel, cs_mode mode, double cval,
-                      long steps, int num_threads, cs_run_info *info)
+                      long steps, int num_threads, cs_run_info *info,
+                      const cs_interrupt *intr)
 {
     ptrdiff_t max_side[3];
     cs_fusion_plan plan;
@@ -579,7 +588,7 @@ cs_tc_emulation_apply(const double *in, double *out, const ptrdiff_t shape[3],
     if (st == CS_OK) {
         st = run_steps(in, out, shape, kernel, &base,
                        plan.depth > 1 ? &fused : &base, &plan, mode, cval,
-                       nthreads, before, count);
+                       nthreads, before, count, intr);
     }
     free(before);
     tc_kernel_free(&fused);

@@ -38,6 +38,8 @@ typedef struct cs_cuda_ctx {
     /* the device's facts, read once per apply before any launch */
     int sms;              /* multiprocessors */
     int smem_optin;       /* shared memory (bytes) a block may opt into */
+    const cs_interrupt *intr; /* the caller's stop request, polled per
+                                 pass (may be NULL) */
 } cs_cuda_ctx;
 
 /* printf into the context's message buffer (the first failure wins). */

@@ -43,13 +43,14 @@ cs_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg,
 
 /*
  * Host arrays in, host array out, same contract as cs_cpu_apply.
- * `in` and `out` may alias.
+ * `in` and `out` may alias.  `intr` (may be NULL) is polled before each
+ * pass; when it asks to stop, `out` is left as it was.
  */
 cs_status
 cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
               const cs_kernel *kernel, cs_mode mode, double cval,
               long steps, cs_cuda_path path, cs_run_info *info,
-              char *err, size_t err_len);
+              const cs_interrupt *intr, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -431,6 +431,23 @@ bands_finish(cs_cuda_ctx *ctx, const apply_state *s, const band_job jobs[3],
     return CS_OK;
 }
 
+/*
+ * Before each pass: has the caller asked to stop?  Polled on the host
+ * while it queues launches; once the launch queue is full each launch
+ * waits for an earlier one to finish, so a request is seen within that
+ * queue's worth of passes.  The caller's `out` is written only by the
+ * download after the last pass, so it is left as it was.
+ */
+static cs_status
+check_interrupt(cs_cuda_ctx *ctx)
+{
+    if (cs_interrupt_requested(ctx->intr)) {
+        cs_cuda_message(ctx, "interrupted before the last pass");
+        return CS_ERR_INTERRUPTED;
+    }
+    return CS_OK;
+}
+
 /* Argument checks: CS_OK or CS_ERR_INVALID with a message. */
 static cs_status
 check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
@@ -952,6 +969,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
     int cur = 0;
     int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
     for (long pass = 0; pass < plan->passes; pass++) {
+        CS_TRY(check_interrupt(ctx));
         CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
         if (banded) {
             CS_TRY(bands_start(ctx, s, jobs, &g[cur], plan, &dk, mode, cval));
@@ -980,6 +998,7 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
         cur = 1 - cur;
     }
     for (long t = 0; t < plan->remainder; t++) {
+        CS_TRY(check_interrupt(ctx));
         CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
         CS_TRY(cs_cuda_core_step(ctx, &g[cur], &g[1 - cur], &dk));
         cur = 1 - cur;
@@ -1012,9 +1031,10 @@ cs_status
 cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
               const cs_kernel *kernel, cs_mode mode, double cval,
               long steps, cs_cuda_path path, cs_run_info *info,
-              char *err, size_t err_len)
+              const cs_interrupt *intr, char *err, size_t err_len)
 {
     cs_cuda_ctx ctx;
+    ctx.intr = intr;
     const char *sync_env = getenv("CONVSTENCIL_CUDA_SYNC");
     ctx.stream = NULL;
     ctx.sync_each_launch = sync_env != NULL && strcmp(sync_env, "0") != 0;

@@ -150,9 +150,10 @@ static void run_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny, ptrdiff_t nx,
     std::vector<double> io = in;
     const auto t0 = std::chrono::steady_clock::now();
     cs_status st = alias ? cs_cuda_apply(io.data(), io.data(), n, &k, mode, cval,
-                                         steps, path, &info, err, sizeof err)
+                                         steps, path, &info, nullptr, err, sizeof err)
                          : cs_cuda_apply(in.data(), out.data(), n, &k, mode,
-                                         cval, steps, path, &info, err, sizeof err);
+                                         cval, steps, path, &info, nullptr, err,
+                                         sizeof err);
     if (alias) out = io;
     const double secs = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - t0).count();
@@ -198,20 +199,35 @@ static void run_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny, ptrdiff_t nx,
     cs_kernel_free(&k);
 }
 
+// A stop request that comes at the poll number `at` (1 = the first).
+struct StopAt {
+    int at, polls;
+};
+static int stop_at(void *arg) {
+    StopAt *s = static_cast<StopAt *>(arg);
+    return ++s->polls >= s->at;
+}
+
+// The status of a 3-step run (steps: `steps`), with no leak; with `intr`,
+// also that `out` is left as it was when the run is interrupted.
 static void expect_status(const char *what, const Kern &K, ptrdiff_t nz,
                           ptrdiff_t ny, ptrdiff_t nx, cs_cuda_path path,
-                          cs_status want) {
+                          cs_status want, const cs_interrupt *intr = nullptr,
+                          long steps = 3) {
     const ptrdiff_t n[3] = {nz, ny, nx};
     cs_kernel k{};
     cs_kernel_init(&k, 3, K.size, K.w.data());
     k.ndim = K.ndim;
-    std::vector<double> in(nz * ny * nx, 1.0), out(in.size());
+    std::vector<double> in(nz * ny * nx, 1.0), out(in.size(), -7.0);
     char err[512] = "";
     cs_run_info info{};
     cs_status st = cs_cuda_apply(in.data(), out.data(), n, &k, CS_MODE_CONSTANT,
-                                 0.0, 3, path, &info, err, sizeof err);
+                                 0.0, steps, path, &info, intr, err, sizeof err);
+    bool untouched = true;
+    for (double v : out) untouched = untouched && v == -7.0;
     bool ok = st == want && cs_emu_allocated() == 0 && cs_emu_streams_alive() == 0
-              && cs_emu_events_alive() == 0;
+              && cs_emu_events_alive() == 0
+              && (want != CS_ERR_INTERRUPTED || untouched);
     printf("%s %-40s status=%d (%s) msg=\"%s\"\n", ok ? "ok  " : "FAIL", what,
            (int)st, cs_status_string(st), err);
     ok ? passes++ : failures++;
@@ -462,6 +478,19 @@ int main(int argc, char **argv) {
     unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
 
     // ---- errors: no leak, the right status
+    // a stop request before the first pass, and one in the middle of the
+    // fused passes (heat2d: 3 steps per pass) and of the single steps
+    StopAt first{1, 0}, middle{3, 0}, remainder{3, 0}, never{1000, 0};
+    cs_interrupt i_first{stop_at, &first}, i_middle{stop_at, &middle},
+        i_remainder{stop_at, &remainder}, i_never{stop_at, &never};
+    expect_status("interrupted before the first pass", heat2d, 1, 40, 40, TC,
+                  CS_ERR_INTERRUPTED, &i_first, 20);
+    expect_status("interrupted between fused passes", heat2d, 1, 40, 40, TC,
+                  CS_ERR_INTERRUPTED, &i_middle, 20);
+    expect_status("interrupted between single steps", heat3d, 12, 20, 20, CC,
+                  CS_ERR_INTERRUPTED, &i_remainder, 5);
+    expect_status("polled, never stopped", heat2d, 1, 40, 40, TC, CS_OK,
+                  &i_never, 20);
     expect_status("tensor-core with a 9x9 kernel", k9x9, 1, 20, 20, TC, CS_ERR_UNSUPPORTED);
     Kern k9x3x3 = make_kernel("k9x3x3", 3, 9, 3, 3);
     Kern k3x9x3 = make_kernel("k3x9x3", 3, 3, 9, 3);
@@ -491,6 +520,10 @@ int main(int argc, char **argv) {
     run_case(heat2d, 1, 20, 30, CS_MODE_REFLECT, 0.0, 3, AUTO, false, "cuda-core", 1);
     unsetenv("EMU_CC_MAJOR");
 
+    if (never.polls != 8) {  // 6 fused passes and 2 single steps: 20 = 6*3 + 2
+        printf("FAIL polls: %d, expected 8\n", never.polls);
+        failures++;
+    }
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
 }
