@@ -64,13 +64,18 @@ print(json.dumps({
 """
 
 
-def run_child(backend, shape, out_kind, probe_steps=1):
+def run_child(backend, shape, out_kind, probe_steps, cwd):
+    # the package this process imported, first: the child runs in an
+    # empty folder, so a source checkout without the built module is not
+    # on its path
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(cs.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in sys.path if p])
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, backend, json.dumps(shape), out_kind,
          str(probe_steps)],
-        capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env)
+        capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env,
+        cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -88,8 +93,9 @@ CASES = [
 @pytest.mark.parametrize("backend,shape,path,probe_steps", CASES,
                          ids=["cpu-direct", "cpu-blocked", "cpu-tc", "cuda"])
 def test_ctrl_c_stops_the_run_and_keeps_the_grid(backend, shape, path,
-                                                 probe_steps, out_kind):
-    got = run_child(backend, shape, out_kind, probe_steps)
+                                                 probe_steps, out_kind,
+                                                 tmp_path):
+    got = run_child(backend, shape, out_kind, probe_steps, str(tmp_path))
     assert got["outcome"] == "interrupted", got
     # polled every tenth of a second; a GPU run also waits for the
     # passes already queued
