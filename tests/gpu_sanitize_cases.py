@@ -105,11 +105,14 @@ def main():
     for grid, w in cases:
         for mode in MODES:
             ok &= check(grid, w, 2, mode, "cuda-core")
-    # cc2d: box and plus instances, persistent blocks walking several
-    # tiles (1100 x 1700: 252 tiles of 128 x 64, 315 of 128 x 32)
+    # cc2d: plus, outer-product (box2d49p) and box instances, persistent
+    # blocks walking several tiles (1100 x 1700: 252 tiles of 128 x 64,
+    # 315 of 128 x 32)
     big = rng.standard_normal((1100, 1700))
-    for name in ("star2d13p", "box2d49p"):
-        ok &= check(big, cs.Stencil(name).weights, 1, "reflect", "cuda-core")
+    box7 = rng.uniform(0.1, 1.0, (7, 7))
+    for w in (cs.Stencil("star2d13p").weights, cs.Stencil("box2d49p").weights,
+              box7 / box7.sum()):
+        ok &= check(big, w, 1, "reflect", "cuda-core")
     plus5 = np.zeros((5, 5))
     plus5[2, :] = plus5[:, 2] = 0.1
     for mode in ("constant", "wrap"):

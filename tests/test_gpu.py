@@ -257,6 +257,41 @@ def test_plus_kernels_2d(side, mode, cval, rng):
             assert infos["cuda"]["path"] == auto_path(w), infos["cuda"]
 
 
+def rank1_kernel(rng, side, nudge=0.0, planes=0):
+    """A side x side kernel that is an outer product col (x) row of random
+    signed factors with some zeros (box2d49p is one), which the CUDA-core
+    path computes as a pass along x and one along y; `nudge` added to one
+    corner makes it full rank (the direct taps)."""
+    col, row = (rng.uniform(0.2, 1.2, side) * np.where(
+        rng.random(side) < 0.3, -0.4, 1.0) * (rng.random(side) > 0.2)
+        for _ in range(2))
+    col[side // 2] = row[side // 2] = 1.0
+    w = np.outer(col, row)
+    w /= np.abs(w).sum()
+    w[0, 0] += nudge
+    return w[None] if planes else w
+
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("side", [3, 5, 7])
+def test_rank1_kernels_2d(side, mode, cval, rng):
+    """Outer-product kernels on 2D grids and every plane of a 3D grid, and
+    the same kernels nudged by 1e-9 off rank one: computed as two 1D passes
+    the nudged ones would be off by about 1e-9, so they check that only
+    true outer products take that route."""
+    for shape in [(1, 1), (7, 9), (64, 128), (130, 1031), (3, 70, 260)]:
+        for nudge in (0.0, 1e-9):
+            w = rank1_kernel(rng, side, nudge, planes=len(shape) == 3)
+            grid = rng.standard_normal(shape)
+            for steps in (1, 2, 5):
+                infos = check_all_paths(grid, w, steps, mode, cval,
+                                        dict(kernel=w.shape, shape=shape,
+                                             nudge=nudge, mode=mode,
+                                             cval=cval, steps=steps,
+                                             seed=rng.seed))
+                assert infos["cuda"]["path"] == auto_path(w), infos["cuda"]
+
+
 @pytest.mark.parametrize("mode,cval", [("constant", 2.0), ("wrap", 0.0),
                                        ("reflect", 0.0)],
                          ids=["constant-cval", "wrap", "reflect"])

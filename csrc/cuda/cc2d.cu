@@ -21,7 +21,13 @@
  * Taps: every tap of the K x K box (CS_CC2D_BOX), or only the centre row
  * and column (CS_CC2D_PLUS: star2d13p and the 5-point star, whose outer
  * rows read just the two values of the centre column), so no loop tests
- * a weight.  The weights are launch parameters (the constant bank).
+ * a weight.  A kernel that is an outer product col (x) row (CS_CC2D_RANK1:
+ * box2d49p) takes the same loads, but each input row is first reduced
+ * along x (K multiply-adds per column of the thread) and the row sums
+ * are added down the columns (one multiply-add per output row they
+ * feed): 7 * 14 / 8 + 7 = 19.25 multiply-adds per output of a 7 x 7
+ * kernel instead of 49.  The weights are launch parameters (the constant
+ * bank).
  *
  * Loads past the padded grid (a tile over the far edge in x or y) read
  * as zero; they feed only outputs outside the grid, not stored.
@@ -29,6 +35,8 @@
 #include "kernels.cuh"
 #include "async_copy.cuh"
 
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -52,6 +60,8 @@ typedef struct cc2d_params {
     ptrdiff_t lim_y, lim_x; /* n + halo of `in`: first unreadable */
     ptrdiff_t tiles_x, tiles_plane, tiles; /* per row, per plane, in all */
     double w[CC2D_MAX_K * CC2D_MAX_K];     /* K x K, C order */
+    double col[CC2D_MAX_K], row[CC2D_MAX_K]; /* CS_CC2D_RANK1: w's
+                                                factors, by dy and dx */
 } cc2d_params;
 
 /* Shared-memory row length of a tile of a kernel of side K: even, so that
@@ -65,7 +75,7 @@ template <int K, int SHAPE>
 static __host__ __device__ constexpr bool
 cc2d_tap(int dy, int dx)
 {
-    return SHAPE == CS_CC2D_BOX || dy == (K - 1) / 2 || dx == (K - 1) / 2;
+    return SHAPE != CS_CC2D_PLUS || dy == (K - 1) / 2 || dx == (K - 1) / 2;
 }
 
 /* Whether input row rr of a thread's neighbourhood needs value i of its
@@ -121,6 +131,62 @@ cc2d_issue(double *buf, const cc2d_params &p, ptrdiff_t t)
     }
 }
 
+/* Add input row rr of the thread's neighbourhood (its values v) into
+   the accumulators of the output rows it feeds, tap by tap. */
+template <int K, int SHAPE>
+static __device__ __forceinline__ void
+cc2d_add_row_taps(double (&acc)[CC2D_CY][CC2D_CX], const double *v,
+                  const cc2d_params &p, int rr)
+{
+#pragma unroll
+    for (int c = 0; c < CC2D_CY; c++) {
+        const int dy = rr - c;
+        if (dy < 0 || dy >= K) {
+            continue;
+        }
+#pragma unroll
+        for (int dx = 0; dx < K; dx++) {
+            if (!cc2d_tap<K, SHAPE>(dy, dx)) {
+                continue;
+            }
+            const double w = p.w[dy * K + dx];
+#pragma unroll
+            for (int cx = 0; cx < CC2D_CX; cx++) {
+                acc[c][cx] = fma(w, v[dx + cx], acc[c][cx]);
+            }
+        }
+    }
+}
+
+/* The same for a kernel col (x) row: the row's sums along x, each then
+   added down into the output rows it feeds. */
+template <int K>
+static __device__ __forceinline__ void
+cc2d_add_row_rank1(double (&acc)[CC2D_CY][CC2D_CX], const double *v,
+                   const cc2d_params &p, int rr)
+{
+    double h[CC2D_CX];
+#pragma unroll
+    for (int cx = 0; cx < CC2D_CX; cx++) {
+        h[cx] = p.row[0] * v[cx];
+#pragma unroll
+        for (int dx = 1; dx < K; dx++) {
+            h[cx] = fma(p.row[dx], v[dx + cx], h[cx]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < CC2D_CY; c++) {
+        const int dy = rr - c;
+        if (dy < 0 || dy >= K) {
+            continue;
+        }
+#pragma unroll
+        for (int cx = 0; cx < CC2D_CX; cx++) {
+            acc[c][cx] = fma(p.col[dy], h[cx], acc[c][cx]);
+        }
+    }
+}
+
 /* This thread's 8 rows x 2 columns of one tile from its input in `buf`. */
 template <int K, int SHAPE>
 static __device__ __forceinline__ void
@@ -150,23 +216,10 @@ cc2d_compute(double (&acc)[CC2D_CY][CC2D_CX], const double *buf,
                 v[2 * q + 1] = d.y;
             }
         }
-#pragma unroll
-        for (int c = 0; c < CC2D_CY; c++) {
-            const int dy = rr - c;
-            if (dy < 0 || dy >= K) {
-                continue;
-            }
-#pragma unroll
-            for (int dx = 0; dx < K; dx++) {
-                if (!cc2d_tap<K, SHAPE>(dy, dx)) {
-                    continue;
-                }
-                const double w = p.w[dy * K + dx];
-#pragma unroll
-                for (int cx = 0; cx < CC2D_CX; cx++) {
-                    acc[c][cx] = fma(w, v[dx + cx], acc[c][cx]);
-                }
-            }
+        if constexpr (SHAPE == CS_CC2D_RANK1) {
+            cc2d_add_row_rank1<K>(acc, v, p, rr);
+        } else {
+            cc2d_add_row_taps<K, SHAPE>(acc, v, p, rr);
         }
     }
 }
@@ -228,6 +281,38 @@ cc2d_kernel(const cc2d_params p)
  * host
  * --------------------------------------------------------------------- */
 
+/* Whether the k x k weights w are col[dy] * row[dx], each to within 4 ulp
+   (zeros exactly); fills col and row.  The factors are the column and
+   the row through the largest weight, the row divided by it. */
+static int
+cc2d_rank1(int k, const double *w, double *col, double *row)
+{
+    int top = 0;
+    for (int e = 1; e < k * k; e++) {
+        if (fabs(w[e]) > fabs(w[top])) {
+            top = e;
+        }
+    }
+    if (!(fabs(w[top]) > 0.0)) {
+        return 0; /* all zero (or NaN): the box computes it */
+    }
+    const int ty = top / k, tx = top % k;
+    for (int d = 0; d < k; d++) {
+        col[d] = w[d * k + tx];
+        row[d] = w[ty * k + d] / w[top];
+    }
+    for (int dy = 0; dy < k; dy++) {
+        for (int dx = 0; dx < k; dx++) {
+            const double want = w[dy * k + dx];
+            if (!(fabs(col[dy] * row[dx] - want)
+                  <= 4 * DBL_EPSILON * fabs(want))) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
 int
 cs_cuda_cc2d_shape(const int size[3], const double *weights)
 {
@@ -237,14 +322,19 @@ cs_cuda_cc2d_shape(const int size[3], const double *weights)
         return -1;
     }
     const int r = (k - 1) / 2;
+    int plus = 1;
     for (int dy = 0; dy < k; dy++) {
         for (int dx = 0; dx < k; dx++) {
             if (dy != r && dx != r && weights[dy * k + dx] != 0.0) {
-                return CS_CC2D_BOX;
+                plus = 0;
             }
         }
     }
-    return CS_CC2D_PLUS;
+    double col[CC2D_MAX_K], row[CC2D_MAX_K];
+    if (plus) {
+        return CS_CC2D_PLUS; /* 2 k - 1 taps: cheaper than the factors */
+    }
+    return cc2d_rank1(k, weights, col, row) ? CS_CC2D_RANK1 : CS_CC2D_BOX;
 }
 
 /* Launch the <K, SHAPE> instance: the 7 x 7 box in blocks of 256
@@ -302,19 +392,30 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     memset(&p, 0, sizeof(p));
     cs_params_grids(&p, in, out);
     memcpy(p.w, k->host_weights, (size_t)ks * ks * sizeof(double));
+    if (shape == CS_CC2D_RANK1 && !cc2d_rank1(ks, p.w, p.col, p.row)) {
+        cs_cuda_message(ctx, "cs_cuda_cc2d_step: the kernel is not an outer "
+                             "product");
+        return CS_ERR_INVALID;
+    }
     p.tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)CC2D_TX);
-    switch (ks * 2 + (shape == CS_CC2D_PLUS)) {
-    case 6: return cc2d_launch<3, CS_CC2D_BOX>(ctx, &p, "cc2d_kernel<3, box>");
-    case 7: return cc2d_launch<3, CS_CC2D_PLUS>(ctx, &p,
-                                                "cc2d_kernel<3, plus>");
-    case 10: return cc2d_launch<5, CS_CC2D_BOX>(ctx, &p,
+    switch (ks * 4 + shape) {
+    case 12: return cc2d_launch<3, CS_CC2D_BOX>(ctx, &p, "cc2d_kernel<3, box>");
+    case 13: return cc2d_launch<3, CS_CC2D_PLUS>(ctx, &p,
+                                                 "cc2d_kernel<3, plus>");
+    case 14: return cc2d_launch<3, CS_CC2D_RANK1>(ctx, &p,
+                                                  "cc2d_kernel<3, rank 1>");
+    case 20: return cc2d_launch<5, CS_CC2D_BOX>(ctx, &p,
                                                 "cc2d_kernel<5, box>");
-    case 11: return cc2d_launch<5, CS_CC2D_PLUS>(ctx, &p,
+    case 21: return cc2d_launch<5, CS_CC2D_PLUS>(ctx, &p,
                                                  "cc2d_kernel<5, plus>");
-    case 14: return cc2d_launch<7, CS_CC2D_BOX>(ctx, &p,
+    case 22: return cc2d_launch<5, CS_CC2D_RANK1>(ctx, &p,
+                                                  "cc2d_kernel<5, rank 1>");
+    case 28: return cc2d_launch<7, CS_CC2D_BOX>(ctx, &p,
                                                 "cc2d_kernel<7, box>");
-    case 15: return cc2d_launch<7, CS_CC2D_PLUS>(ctx, &p,
+    case 29: return cc2d_launch<7, CS_CC2D_PLUS>(ctx, &p,
                                                  "cc2d_kernel<7, plus>");
+    case 30: return cc2d_launch<7, CS_CC2D_RANK1>(ctx, &p,
+                                                  "cc2d_kernel<7, rank 1>");
     default: break;
     }
     cs_cuda_message(ctx, "cs_cuda_cc2d_step: no instance for side %d", ks);

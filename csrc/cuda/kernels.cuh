@@ -152,13 +152,19 @@ cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
 
 /* ---- cc2d.cu ---------------------------------------------------------- */
 
-/* The taps cc2d computes: the whole K x K box, or the centre row and
-   column (a "plus": star2d13p, the 5-point star). */
-enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1 };
+/* How cc2d computes a kernel: every tap of the K x K box; only the centre
+   row and column (a "plus": star2d13p, the 5-point star); or, for a
+   kernel that is an outer product w[dy][dx] = col[dy] * row[dx] (rank
+   one: box2d49p, Gaussian-like smoothing), a pass along each row and one
+   down the columns (about 2K + K (K - 1) / 8 multiply-adds per output
+   instead of K * K). */
+enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
 
 /*
- * The cc2d tap set that holds every nonzero weight of a kernel of `size`
- * (CS_CC2D_PLUS where it suffices), or -1 when cc2d does not run it: a
+ * How cc2d computes a kernel of `size` (the cheapest of the three that is
+ * exact: CS_CC2D_PLUS when every nonzero weight is on the centre row and
+ * column, else CS_CC2D_RANK1 when every weight is col[dy] * row[dx] to
+ * within 4 ulp, else CS_CC2D_BOX), or -1 when cc2d does not run it: a
  * planar square of side 3, 5 or 7, host weights known.
  */
 int

@@ -125,6 +125,28 @@ static Kern make_diamond(const std::string &name, ptrdiff_t k) {
     return K;
 }
 
+// A 2D k x k kernel col (x) row of random signed factors, some zero
+// (cc2d computes it as a pass along x and one along y); `nudge` adds
+// 1e-9 to one corner, which makes it full rank (the direct taps).
+static Kern make_rank1(const std::string &name, ptrdiff_t k, bool nudge = false) {
+    Kern K{name, 2, {1, k, k}, {}};
+    std::vector<double> col(k), row(k);
+    for (ptrdiff_t d = 0; d < k; d++) {
+        col[d] = urand() < 0.2 ? 0.0 : (urand() < 0.3 ? -0.4 : 1.0) * (0.2 + urand());
+        row[d] = urand() < 0.2 ? 0.0 : (urand() < 0.3 ? -0.4 : 1.0) * (0.2 + urand());
+    }
+    col[k / 2] = row[k / 2] = 1.0;  // never all zero
+    double sum = 0;
+    for (ptrdiff_t y = 0; y < k; y++)
+        for (ptrdiff_t x = 0; x < k; x++) {
+            K.w.push_back(col[y] * row[x]);
+            sum += K.w.back();
+        }
+    if (nudge) K.w[0] += 1e-9;
+    for (double &v : K.w) v /= sum;
+    return K;
+}
+
 static int failures = 0, passes = 0;
 static const char *mode_names[] = {"constant", "wrap", "nearest", "reflect", "mirror"};
 
@@ -465,6 +487,14 @@ int main(int argc, char **argv) {
     run_case(k55, 3, 40, 131, CS_MODE_WRAP, 0.0, 2, CC, false, "cuda-core", 1);
     run_case(star13, 2, 9, 7, CS_MODE_MIRROR, 0.0, 3, AUTO, false, "cuda-core", 1);
     run_case(box9, 1, 70, 131, CS_MODE_NEAREST, 0.0, 2, CC, false, "cuda-core", 1);
+    // outer products (a pass along x, then y), and one nudged off rank one
+    Kern r7 = make_rank1("rank1_7x7", 7), r5 = make_rank1("rank1_5x5", 5),
+         r3 = make_rank1("rank1_3x3", 3), n7 = make_rank1("nudged_7x7", 7, true);
+    run_case(r7, 1, 70, 131, CS_MODE_CONSTANT, 0.5, 2, AUTO, false, "cuda-core", 1);
+    run_case(r7, 2, 9, 7, CS_MODE_REFLECT, 0.0, 3, CC, false, "cuda-core", 1);
+    run_case(r5, 1, 33, 140, CS_MODE_WRAP, 0.0, 2, CC, false, "cuda-core", 1);
+    run_case(r3, 1, 65, 129, CS_MODE_MIRROR, 0.0, 2, CC, false, "cuda-core", 1);
+    run_case(n7, 1, 40, 131, CS_MODE_NEAREST, 0.0, 2, CC, false, "cuda-core", 1);
     // a 7-point star fuses two steps into one pass of its square on the
     // CUDA-core path (its band recomputed in place but for wrap); AUTO
     // takes that path
