@@ -126,3 +126,17 @@ def test_assert_close_catches_a_difference(rng):
     with pytest.raises(AssertionError, match=r"\(2, 3\)"):
         assert_close(b, a, dict(backend="x", seed=rng.seed))
     assert_close(a, a.copy(), dict(backend="x"))
+
+
+def test_assert_close_scale_of_a_cancelled_result(rng):
+    # a result that cancelled to 1e-6 of its sums' size: an error of
+    # 1e-17 against the sums passes, 1e-9 still fails
+    sums = 1e-6 * rng.standard_normal((4, 4))
+    big = lambda: 1.0  # noqa: E731
+    small = sums * (1 + 1e-11)
+    assert_close(small, sums, dict(backend="x"), scale=big)
+    with pytest.raises(AssertionError, match="absolute values"):
+        assert_close(sums + 1e-9, sums, dict(backend="x", seed=rng.seed),
+                     scale=big)
+    with pytest.raises(AssertionError):
+        assert_close(small, sums, dict(backend="x", seed=rng.seed))

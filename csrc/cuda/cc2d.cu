@@ -4,7 +4,8 @@
  * the taps fixed at compile time.
  *
  * A block of 512 threads (64 along x, 8 along y) computes output tiles of
- * 128 columns x 64 rows (256 threads and 32 rows for the 7 x 7 box):
+ * 128 columns x 64 rows (256 threads and 32 rows for the 7 x 7 box of
+ * 49 taps):
  * thread (tx, ty) owns CX = 2 adjacent columns and CY = 8 consecutive
  * rows, 16 accumulators.  For each input row of its
  * (CY + K - 1) x (CX + K - 1) neighbourhood it reads the values once, as
@@ -13,7 +14,7 @@
  * accumulator they feed: each shared value serves up to CX * CY outputs.
  *
  * The blocks are persistent (one or two per SM) and walk the tiles of every
- * plane; each tile's input, (32 + K - 1) x (128 + K - 1) doubles, comes
+ * plane; each tile's input, (rows + K - 1) x (128 + K - 1) doubles, comes
  * into one of two shared buffers by asynchronous copies (cp.async)
  * issued while the block computes the previous tile, so a whole tile of
  * loads per block is in flight without registers to hold them.

@@ -577,8 +577,9 @@ choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
     /* AUTO: tensor cores wherever they run the kernel, measured faster
        than CUDA cores for every 1D preset and for the 2D kernels they
        fuse (side 3: three steps per pass); planar squares of side 5 and
-       7 that cc2d runs (boxes, and a plus such as star2d13p), which
-       tensor cores cannot fuse, and the 3D kernels that cc3d streams
+       7 that cc2d runs (boxes, a plus such as star2d13p, outer products
+       such as box2d49p), which tensor cores cannot fuse, and the 3D
+       kernels that cc3d streams
        along z (cubes of side 3 and 5, 7-point stars and their powers)
        go to CUDA cores (benchmarks/results/h100_1d.md, h100_2d.md,
        h100_3d.md, h100_3d_paths.md) */
