@@ -328,11 +328,12 @@ def markdown(table, args, prov, bandwidth, floor):
                  "%.1f at %s" % (o[0], "x".join(map(str, odd))) if o else "-",
                  "%.0f%%" % (100 * o[0] / auto[0]) if o and auto else "-"]
         lines.append("| %s |" % " | ".join(cells))
-    lines += ["", "CUDA cores: planar squares of side 3 to 7 run on cc2d, "
-              "with only the centre row and column of a plus (heat2d, "
-              "star2d13p) and as a sum along x then along y for an outer "
-              "product (box2d9p, box2d49p); other kernels take every tap "
-              "(docs/ARCHITECTURE.md)."]
+    if any(len(shape) == 2 for _, shape, _, _ in table):
+        lines += ["", "CUDA cores: planar squares of side 3 to 7 run on "
+                  "cc2d, with only the centre row and column of a plus "
+                  "(heat2d, star2d13p) and as a sum along x then along y "
+                  "for an outer product (box2d9p, box2d49p); other kernels "
+                  "take every tap (docs/ARCHITECTURE.md)."]
     return "\n".join(lines) + "\n"
 
 

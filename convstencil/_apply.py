@@ -119,9 +119,9 @@ def _interrupt_backup(grid, src, out):
     interrupted run leaves partial results in `out`, and must not in the
     grid); None elsewhere.  `src` is the engine's private copy of the
     grid, which is that content when `out` is the grid itself."""
-    if src is grid or not np.may_share_memory(np.asarray(grid), out):
-        return None
     a = np.asarray(grid)
+    if src is grid or not np.may_share_memory(a, out):
+        return None
     same_view = (a.dtype == out.dtype and a.shape == out.shape
                  and a.strides == out.strides
                  and a.__array_interface__["data"][0]

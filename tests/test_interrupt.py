@@ -107,9 +107,10 @@ def test_ctrl_c_stops_the_run_and_keeps_the_grid(backend, shape, path,
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cpu-tc"])
-def test_runs_in_other_threads_are_not_polled_and_agree(backend):
-    # only the main thread runs signal handlers, so a run in another
-    # thread is not polled: it ends, with the same numbers
+def test_runs_in_other_threads_end_and_agree(backend):
+    # only the main thread runs signal handlers, so apply() asks the
+    # engine to poll only there; a run in another thread ends, with the
+    # main thread's numbers
     grid = np.random.default_rng(3).random((300, 200))
     want = cs.apply(grid, "box2d49p", steps=30, backend=backend)
     got = []

@@ -133,57 +133,48 @@ cc2d_issue(double *buf, const cc2d_params &p, ptrdiff_t t)
 }
 
 /* Add input row rr of the thread's neighbourhood (its values v) into
-   the accumulators of the output rows it feeds, tap by tap. */
+   the accumulators of the output rows it feeds (kernel row dy = rr - c
+   for output row c): tap by tap, or, for a kernel col (x) row, the row's
+   sums along x times col[dy]. */
 template <int K, int SHAPE>
 static __device__ __forceinline__ void
-cc2d_add_row_taps(double (&acc)[CC2D_CY][CC2D_CX], const double *v,
-                  const cc2d_params &p, int rr)
+cc2d_add_row(double (&acc)[CC2D_CY][CC2D_CX], const double *v,
+             const cc2d_params &p, int rr)
 {
-#pragma unroll
-    for (int c = 0; c < CC2D_CY; c++) {
-        const int dy = rr - c;
-        if (dy < 0 || dy >= K) {
-            continue;
-        }
-#pragma unroll
-        for (int dx = 0; dx < K; dx++) {
-            if (!cc2d_tap<K, SHAPE>(dy, dx)) {
-                continue;
-            }
-            const double w = p.w[dy * K + dx];
-#pragma unroll
-            for (int cx = 0; cx < CC2D_CX; cx++) {
-                acc[c][cx] = fma(w, v[dx + cx], acc[c][cx]);
-            }
-        }
-    }
-}
-
-/* The same for a kernel col (x) row: the row's sums along x, each then
-   added down into the output rows it feeds. */
-template <int K>
-static __device__ __forceinline__ void
-cc2d_add_row_rank1(double (&acc)[CC2D_CY][CC2D_CX], const double *v,
-                   const cc2d_params &p, int rr)
-{
-    double h[CC2D_CX];
-#pragma unroll
-    for (int cx = 0; cx < CC2D_CX; cx++) {
-        h[cx] = p.row[0] * v[cx];
-#pragma unroll
-        for (int dx = 1; dx < K; dx++) {
-            h[cx] = fma(p.row[dx], v[dx + cx], h[cx]);
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < CC2D_CY; c++) {
-        const int dy = rr - c;
-        if (dy < 0 || dy >= K) {
-            continue;
-        }
+    double h[CC2D_CX]; /* CS_CC2D_RANK1: v's sums along x, by row[] */
+    if constexpr (SHAPE == CS_CC2D_RANK1) {
 #pragma unroll
         for (int cx = 0; cx < CC2D_CX; cx++) {
-            acc[c][cx] = fma(p.col[dy], h[cx], acc[c][cx]);
+            h[cx] = p.row[0] * v[cx];
+#pragma unroll
+            for (int dx = 1; dx < K; dx++) {
+                h[cx] = fma(p.row[dx], v[dx + cx], h[cx]);
+            }
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < CC2D_CY; c++) {
+        const int dy = rr - c;
+        if (dy < 0 || dy >= K) {
+            continue;
+        }
+        if constexpr (SHAPE == CS_CC2D_RANK1) {
+#pragma unroll
+            for (int cx = 0; cx < CC2D_CX; cx++) {
+                acc[c][cx] = fma(p.col[dy], h[cx], acc[c][cx]);
+            }
+        } else {
+#pragma unroll
+            for (int dx = 0; dx < K; dx++) {
+                if (!cc2d_tap<K, SHAPE>(dy, dx)) {
+                    continue;
+                }
+                const double w = p.w[dy * K + dx];
+#pragma unroll
+                for (int cx = 0; cx < CC2D_CX; cx++) {
+                    acc[c][cx] = fma(w, v[dx + cx], acc[c][cx]);
+                }
+            }
         }
     }
 }
@@ -217,11 +208,7 @@ cc2d_compute(double (&acc)[CC2D_CY][CC2D_CX], const double *buf,
                 v[2 * q + 1] = d.y;
             }
         }
-        if constexpr (SHAPE == CS_CC2D_RANK1) {
-            cc2d_add_row_rank1<K>(acc, v, p, rr);
-        } else {
-            cc2d_add_row_taps<K, SHAPE>(acc, v, p, rr);
-        }
+        cc2d_add_row<K, SHAPE>(acc, v, p, rr);
     }
 }
 
@@ -282,11 +269,11 @@ cc2d_kernel(const cc2d_params p)
  * host
  * --------------------------------------------------------------------- */
 
-/* Whether the k x k weights w are col[dy] * row[dx], each to within 4 ulp
-   (zeros exactly); fills col and row.  The factors are the column and
-   the row through the largest weight, the row divided by it. */
+/* The factors of k x k weights w that are col[dy] * row[dx]: the column
+   and the row through the largest weight, the row divided by it.  0 when
+   every weight is zero (or the largest is NaN). */
 static int
-cc2d_rank1(int k, const double *w, double *col, double *row)
+cc2d_factor(int k, const double *w, double *col, double *row)
 {
     int top = 0;
     for (int e = 1; e < k * k; e++) {
@@ -295,18 +282,45 @@ cc2d_rank1(int k, const double *w, double *col, double *row)
         }
     }
     if (!(fabs(w[top]) > 0.0)) {
-        return 0; /* all zero (or NaN): the box computes it */
+        return 0;
     }
     const int ty = top / k, tx = top % k;
     for (int d = 0; d < k; d++) {
         col[d] = w[d * k + tx];
         row[d] = w[ty * k + d] / w[top];
     }
+    return 1;
+}
+
+/* Whether w is an outer product: its factors give every weight to within
+   4 ulp, and every zero exactly. */
+static int
+cc2d_is_rank1(int k, const double *w)
+{
+    double col[CC2D_MAX_K], row[CC2D_MAX_K];
+    if (!cc2d_factor(k, w, col, row)) {
+        return 0;
+    }
     for (int dy = 0; dy < k; dy++) {
         for (int dx = 0; dx < k; dx++) {
             const double want = w[dy * k + dx];
             if (!(fabs(col[dy] * row[dx] - want)
                   <= 4 * DBL_EPSILON * fabs(want))) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Whether every nonzero weight of w is on its centre row or column. */
+static int
+cc2d_is_plus(int k, const double *w)
+{
+    const int r = (k - 1) / 2;
+    for (int dy = 0; dy < k; dy++) {
+        for (int dx = 0; dx < k; dx++) {
+            if (dy != r && dx != r && w[dy * k + dx] != 0.0) {
                 return 0;
             }
         }
@@ -322,20 +336,10 @@ cs_cuda_cc2d_shape(const int size[3], const double *weights)
         || (k != 3 && k != 5 && k != 7)) {
         return -1;
     }
-    const int r = (k - 1) / 2;
-    int plus = 1;
-    for (int dy = 0; dy < k; dy++) {
-        for (int dx = 0; dx < k; dx++) {
-            if (dy != r && dx != r && weights[dy * k + dx] != 0.0) {
-                plus = 0;
-            }
-        }
-    }
-    double col[CC2D_MAX_K], row[CC2D_MAX_K];
-    if (plus) {
+    if (cc2d_is_plus(k, weights)) {
         return CS_CC2D_PLUS; /* 2 k - 1 taps: cheaper than the factors */
     }
-    return cc2d_rank1(k, weights, col, row) ? CS_CC2D_RANK1 : CS_CC2D_BOX;
+    return cc2d_is_rank1(k, weights) ? CS_CC2D_RANK1 : CS_CC2D_BOX;
 }
 
 /* Launch the <K, SHAPE> instance: the 7 x 7 box in blocks of 256
@@ -393,9 +397,10 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     memset(&p, 0, sizeof(p));
     cs_params_grids(&p, in, out);
     memcpy(p.w, k->host_weights, (size_t)ks * ks * sizeof(double));
-    if (shape == CS_CC2D_RANK1 && !cc2d_rank1(ks, p.w, p.col, p.row)) {
-        cs_cuda_message(ctx, "cs_cuda_cc2d_step: the kernel is not an outer "
-                             "product");
+    /* shape is cs_cuda_cc2d_shape's: RANK1 was checked there */
+    if (shape == CS_CC2D_RANK1 && !cc2d_factor(ks, p.w, p.col, p.row)) {
+        cs_cuda_message(ctx, "cs_cuda_cc2d_step: no factors of a zero "
+                             "kernel");
         return CS_ERR_INVALID;
     }
     p.tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)CC2D_TX);

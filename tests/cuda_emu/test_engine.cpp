@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "cuda/cuda_engine.h"
+#include "cuda_runtime.h"  // the emulation's, for kernels.cuh
+#include "cuda/kernels.cuh"
 #include "stencil.h"
 
 size_t cs_emu_allocated(void);
@@ -219,6 +221,16 @@ static void run_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny, ptrdiff_t nx,
     }
     fflush(stdout);
     cs_kernel_free(&k);
+}
+
+// How cc2d computes K (cs_cuda_cc2d_shape): the taps, or as an outer
+// product, which the comparison with the reference cannot tell apart.
+static void expect_cc2d_shape(const Kern &K, int want) {
+    const int size[3] = {(int)K.size[0], (int)K.size[1], (int)K.size[2]};
+    const int got = cs_cuda_cc2d_shape(size, K.w.data());
+    printf("%s cc2d route of %-10s %d (expected %d)\n", got == want ? "ok  " : "FAIL",
+           K.name.c_str(), got, want);
+    got == want ? passes++ : failures++;
 }
 
 // A stop request that comes at the poll number `at` (1 = the first).
@@ -495,6 +507,13 @@ int main(int argc, char **argv) {
     run_case(r5, 1, 33, 140, CS_MODE_WRAP, 0.0, 2, CC, false, "cuda-core", 1);
     run_case(r3, 1, 65, 129, CS_MODE_MIRROR, 0.0, 2, CC, false, "cuda-core", 1);
     run_case(n7, 1, 40, 131, CS_MODE_NEAREST, 0.0, 2, CC, false, "cuda-core", 1);
+    // ... and that these took the route meant for them
+    expect_cc2d_shape(r7, CS_CC2D_RANK1);
+    expect_cc2d_shape(r5, CS_CC2D_RANK1);
+    expect_cc2d_shape(r3, CS_CC2D_RANK1);
+    expect_cc2d_shape(n7, CS_CC2D_BOX);
+    expect_cc2d_shape(box49, CS_CC2D_BOX);
+    expect_cc2d_shape(star13, CS_CC2D_PLUS);
     // a 7-point star fuses two steps into one pass of its square on the
     // CUDA-core path (its band recomputed in place but for wrap); AUTO
     // takes that path
