@@ -1,11 +1,19 @@
-"""apply(): validate and convert arguments, run the engine, report."""
+"""apply(): validate and convert arguments, run the engine, report.
+
+Host grids (NumPy and anything np.asarray takes) run on any backend and
+come back as NumPy arrays; device grids (CUDA Array Interface, DLPack on
+a CUDA device) run on the GPU and come back as device arrays of their
+own kind (_device.py), with no host copy.  ``every=`` cuts a run into
+segments for a callback, ``progress=`` draws a bar (_watch.py).
+"""
+import functools
 import numbers
 import operator
 import threading
 
 import numpy as np
 
-from . import _backends, _core, _presets
+from . import _backends, _core, _device, _presets, _watch
 from ._stencil import Stencil, as_weights
 
 # Codes shared with csrc/stencil.h (cs_mode).
@@ -13,12 +21,29 @@ MODE_CODES = {"constant": 0, "wrap": 1, "nearest": 2, "reflect": 3,
               "mirror": 4}
 MODE_ALIASES = {"periodic": "wrap"}
 
+# Rebound (never mutated) by each call, so a reader in another thread
+# sees one call's whole record.
 _last_run_info = {}
 
 
 def last_run_info():
-    """What the last apply() call in this process ran (a dict copy)."""
+    """What the last apply() call in this process ran (a dict copy).
+
+    Keys: backend, path ("tensor-core", "cuda-core", "direct", ...),
+    fused_depth, fused_passes, unfused_steps, threads, device_seconds
+    (the GPU step loop's time, None where not measured), steps, mode,
+    and for device arrays device_array=True.
+
+    >>> v = convstencil.apply(u, "heat2d", steps=10)
+    >>> convstencil.last_run_info()["path"]
+    'direct'
+    """
     return dict(_last_run_info)
+
+
+@functools.lru_cache(maxsize=64)
+def _preset(name):
+    return Stencil(name).weights  # read-only: safe to share
 
 
 def _resolve_weights(stencil, weights):
@@ -34,13 +59,18 @@ def _resolve_weights(stencil, weights):
     if isinstance(stencil, Stencil):
         return stencil.weights
     if isinstance(stencil, str):
-        return Stencil(stencil).weights
+        return _preset(stencil)
     raise TypeError("stencil must be a preset name (one of %s) or a "
                     "Stencil, got %s"
                     % (", ".join(_presets.PRESETS), type(stencil).__name__))
 
 
+_MAX_STEPS = int(np.iinfo(np.int64).max)
+
+
 def _resolve_steps(steps):
+    if type(steps) is int and 0 <= steps <= _MAX_STEPS:
+        return steps  # the common case, checked fast
     if isinstance(steps, (bool, np.bool_)) or not isinstance(
             steps, numbers.Integral):
         raise TypeError("steps must be a non-negative integer, got %r"
@@ -49,12 +79,14 @@ def _resolve_steps(steps):
     if steps < 0:
         raise ValueError("steps must be a non-negative integer, got %d"
                          % steps)
-    if steps > np.iinfo(np.int64).max:
+    if steps > _MAX_STEPS:
         raise ValueError("steps is too large: %d" % steps)
     return steps
 
 
 def _resolve_mode(mode):
+    if mode in MODE_CODES:
+        return mode
     if not isinstance(mode, str):
         raise TypeError("mode must be a str, got %s" % type(mode).__name__)
     key = MODE_ALIASES.get(mode.lower(), mode.lower())
@@ -64,7 +96,7 @@ def _resolve_mode(mode):
     return key
 
 
-def _resolve_backend(backend, ndim, weights):
+def _backend_name(backend):
     if not isinstance(backend, str):
         raise TypeError("backend must be a str, got %s"
                         % type(backend).__name__)
@@ -73,6 +105,11 @@ def _resolve_backend(backend, ndim, weights):
     if key not in accepted:
         raise ValueError("unknown backend %r; accepted: %s"
                          % (backend, ", ".join(accepted)))
+    return key
+
+
+def _resolve_backend(backend, ndim, weights):
+    key = _backend_name(backend)
     if key == "auto":
         return _backends.best_backend()
     if key in _backends.CUDA_BACKENDS:
@@ -88,6 +125,34 @@ def _resolve_backend(backend, ndim, weights):
                              % (ndim, limit, weights.shape))
     return key
 
+
+def _check_ndim(shape, w):
+    if len(shape) < 1 or len(shape) > 3:
+        raise ValueError("grid must be 1D, 2D or 3D, got ndim=%d"
+                         % len(shape))
+    if 0 in shape:
+        raise ValueError("grid must not be empty, got shape %s" % (shape,))
+    if len(shape) != w.ndim:
+        raise ValueError("a %dD stencil (weights shape %s) needs a %dD grid, "
+                         "got a %dD grid of shape %s"
+                         % (w.ndim, w.shape, w.ndim, len(shape), shape))
+
+
+def _record(info, steps, mode, **extra):
+    global _last_run_info
+    info = dict(info)
+    info["steps"] = steps
+    info["mode"] = mode
+    info.update(extra)
+    _last_run_info = info
+
+
+def _in_main_thread():
+    return threading.current_thread() is threading.main_thread()
+
+
+# ---------------------------------------------------------------------------
+# host grids
 
 def _as_grid(grid, out):
     if isinstance(grid, (str, bytes)):
@@ -131,7 +196,7 @@ def _interrupt_backup(grid, src, out):
 
 def _check_out(out, shape):
     if not isinstance(out, np.ndarray):
-        raise TypeError("out must be a numpy.ndarray, got %s"
+        raise TypeError("out must be a numpy.ndarray for a host grid, got %s"
                         % type(out).__name__)
     if out.dtype != np.float64:
         raise TypeError("out must have dtype float64, got %s" % out.dtype)
@@ -142,8 +207,243 @@ def _check_out(out, shape):
         raise ValueError("out must be C-contiguous and writeable")
 
 
+def _read_only(a):
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
+                progress):
+    if out is not None:
+        _check_out(out, np.shape(grid))
+    src = _as_grid(grid, out)
+    _check_ndim(src.shape, w)
+    name = _resolve_backend(backend, src.ndim, w)
+    if out is None:
+        # a separate result: computing in place would make the CPU engine
+        # copy the grid first (its passes must not write what they read)
+        out = np.empty(src.shape, dtype=np.float64)
+    engine, path = _backends.BACKEND_CODES[name]
+    interruptible = _in_main_thread()
+    bar = _watch.Progress(steps, progress)
+    infos = []
+
+    if name in _backends.CUDA_BACKENDS and every is not None:
+        return _apply_host_on_device(src, grid, w, steps, mode, cval, name,
+                                     out, every, callback, bar)
+
+    def run(a, b, n, done):
+        infos.append(_core.run(a, w, b, n, MODE_CODES[mode], cval, engine,
+                               path, 0, interruptible, bar.offset(done)))
+
+    report = None
+    if callback is not None:
+        def report(step, state):
+            callback(step, _read_only(state))
+
+    # with segments, `out` is written by the last one only; where it is
+    # the grid (or shares its memory) a callback that raises would find
+    # it half-done, so the last segment goes to a buffer first
+    shares = every is not None and np.may_share_memory(np.asarray(grid), out)
+    last = np.empty_like(out) if shares else out
+    before = _interrupt_backup(grid, src, out) if every is None else None
+    try:
+        _watch.run_segments(steps, every, src, last,
+                            lambda: np.empty_like(out), run, report)
+    except BaseException:
+        bar.close(False)
+        if before is not None:
+            np.copyto(out, before)  # an interrupted run keeps the grid
+        raise
+    if last is not out:
+        np.copyto(out, last)
+    bar.close(True)
+    _record(_merge(infos), steps, mode)
+    return out
+
+
+def _merge(infos):
+    """One record for the segments of a run: sums of what adds up."""
+    info = dict(infos[-1])
+    if len(infos) > 1:
+        for key in ("fused_passes", "unfused_steps"):
+            info[key] = sum(i[key] for i in infos)
+        info["fused_depth"] = max(i["fused_depth"] for i in infos)
+        seconds = [i["device_seconds"] for i in infos]
+        info["device_seconds"] = (None if None in seconds else sum(seconds))
+        info["segments"] = len(infos)
+    return info
+
+
+def _apply_host_on_device(src, grid, w, steps, mode, cval, name, out, every,
+                          callback, bar):
+    """A host grid run in segments on the GPU: uploaded once, the state
+    kept on the device between segments, downloaded for each callback."""
+    state = _device.DeviceArray(src.shape)
+    _core.to_device(state.ptr, src)
+    host = np.empty(src.shape, dtype=np.float64)
+
+    report = None
+    if callback is not None:
+        def report(step, dev):
+            _core.to_host(host, dev.ptr)
+            callback(step, _read_only(host))
+
+    view = _device.device_view(state)
+    try:
+        infos = _run_device_segments(view, state, w, steps, mode, cval, name,
+                                     every, report, bar, 0, state)
+    except BaseException:
+        bar.close(False)
+        raise
+    # every callback has returned: `out` (the grid, maybe) is written now
+    _core.to_host(out, state.ptr)
+    bar.close(True)
+    _record(_merge(infos), steps, mode)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# device grids
+
+def _stream_handle(stream):
+    """The CUDA stream `stream` names, as an integer (0: none given)."""
+    if stream is None:
+        return 0
+    for attr in ("ptr", "cuda_stream"):  # CuPy, PyTorch stream objects
+        handle = getattr(stream, attr, None)
+        if handle is not None:
+            stream = handle
+            break
+    if isinstance(stream, bool) or not isinstance(stream, numbers.Integral):
+        raise TypeError("stream must be a CUDA stream: an integer handle or "
+                        "an object with .ptr (CuPy) or .cuda_stream "
+                        "(PyTorch), got %r" % (stream,))
+    stream = int(stream)
+    if stream < 0:
+        raise ValueError("stream handle must be >= 0, got %d" % stream)
+    # a library's handle 0 is the legacy default stream, which the
+    # stream protocols call 1
+    return stream or _device.LEGACY_DEFAULT_STREAM
+
+
+def _device_backend(backend):
+    key = _backend_name(backend)
+    if key in ("cpu", "cpu-tc"):
+        raise TypeError("backend %r runs on host memory, but the grid is a "
+                        "GPU array; use backend='auto' or 'cuda' (or copy "
+                        "it to the host first, e.g. cupy.asnumpy(grid))"
+                        % key)
+    status = _backends.cuda_status()
+    if status != "available":
+        raise TypeError("the grid is a GPU array, which only the CUDA "
+                        "engine runs, and it is not usable here: %s; pass a "
+                        "NumPy array instead" % status)
+    return "cuda" if key == "auto" else key
+
+
+def _check_device_out(view, shape):
+    if view is None:
+        raise TypeError("out must be a GPU array for a GPU grid (one with "
+                        "__cuda_array_interface__ or __dlpack__)")
+    if view.dtype != np.float64:
+        raise TypeError("out must have dtype float64, got %s" % view.dtype)
+    if tuple(view.shape) != tuple(shape):
+        raise ValueError("out must have the grid's shape %s, got %s"
+                         % (tuple(shape), tuple(view.shape)))
+    if view.readonly:
+        raise ValueError("out is read-only")
+
+
+def _run_device(src, dst, w, n, mode, cval, name, stream, progress):
+    engine, path = _backends.BACKEND_CODES[name]
+    return _core.run_device(
+        src.ptr, src.code, src.strides_3d(), dst.ptr, dst.strides_3d(),
+        src.shape_3d(), w, n, MODE_CODES[mode], cval, path, src.stream,
+        dst.stream, stream, _in_main_thread(), progress)
+
+
+def _run_device_segments(first, first_obj, w, steps, mode, cval, name,
+                         every, report, bar, stream, last, last_view=None):
+    """Segments between device arrays; `last` is an object (its view
+    `last_view`, or parsed here).  Intermediate buffers are arrays of
+    first_obj's kind."""
+    infos = []
+    views = {}
+    if last_view is not None:
+        views[id(last)] = (last_view, last)
+
+    def view_of(obj):
+        if id(obj) not in views:
+            views[id(obj)] = (_device.device_view(
+                obj, consumer_stream=stream or _device.LEGACY_DEFAULT_STREAM),
+                obj)
+        return views[id(obj)][0]
+
+    def run(a, b, n, done):
+        sa = a if isinstance(a, _device.DeviceView) else view_of(a)
+        infos.append(_run_device(sa, view_of(b), w, n, mode, cval, name,
+                                 stream, bar.offset(done)))
+
+    def new_buffer():
+        return _device.new_like(first_obj, tuple(first.shape))
+
+    _watch.run_segments(steps, every, first, last, new_buffer, run, report)
+    return infos
+
+
+def _apply_device(grid, w, steps, mode, cval, backend, out, every,
+                  callback, progress, stream):
+    handle = _stream_handle(stream)
+    # the stream a DLPack producer orders its work before: the caller's,
+    # or the legacy default stream, which the engine then waits for
+    consumer = handle or _device.LEGACY_DEFAULT_STREAM
+    # the arrays are checked before the engine is asked for, so that a
+    # malformed one gets its own error everywhere
+    view = _device.device_view(grid, consumer_stream=consumer, known=True)
+    _check_ndim(view.shape, w)
+    if out is not None:
+        out_view = _device.device_view(out, "out", consumer_stream=consumer)
+        _check_device_out(out_view, view.shape)
+    name = _device_backend(backend)
+    result = out
+    if out is None:
+        result = _device.new_like(grid, view.shape)
+        out_view = _device.device_view(result, "out",
+                                       consumer_stream=consumer, known=True)
+    if every is None and not progress:
+        # the common call, kept short: many steps=1 calls are a scheme
+        info = _run_device(view, out_view, w, steps, mode, cval, name,
+                           handle, None)
+        _record(info, steps, mode, device_array=True)
+        return result
+    bar = _watch.Progress(steps, progress)
+    # the last segment writes `result`; where that is the grid (or shares
+    # its memory) and a callback may raise, it goes to a buffer first
+    staged = callback is not None and out_view.overlaps(view)
+    last = _device.new_like(grid, tuple(view.shape)) if staged else result
+    try:
+        infos = _run_device_segments(view, grid, w, steps, mode, cval, name,
+                                     every, callback, bar, handle, last,
+                                     None if staged else out_view)
+        if staged:
+            staged_view = _device.device_view(last, consumer_stream=consumer)
+            _run_device(staged_view, out_view, w, 0, mode, cval, name,
+                        handle, None)
+    except BaseException:
+        bar.close(False)
+        raise
+    bar.close(True)
+    _record(_merge(infos), steps, mode, device_array=True)
+    return result
+
+
+# ---------------------------------------------------------------------------
+
 def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
-          cval=0.0, backend="auto", out=None):
+          cval=0.0, backend="auto", out=None, every=None, callback=None,
+          progress=False, stream=None):
     """Apply a stencil to `grid` `steps` times; return the new grid.
 
     One step is ``scipy.ndimage.correlate(grid, weights, mode=mode,
@@ -151,17 +451,54 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
     or a Stencil; or give `weights=` (odd side per axis, same ndim as the
     grid).  `mode` is "constant" (cells outside read `cval` at every step),
     "wrap" (alias "periodic"), "nearest", "reflect" or "mirror".
-    `backend` is "auto" (the GPU when usable, else the CPU), "cpu",
-    "cpu-tc" (the tensor-core algorithm emulated on the CPU), "cuda" (the
-    GPU, tensor cores where they pay), "cuda-tc" or "cuda-core" (the GPU
-    on one path: tensor cores, kernels up to 7 per axis (1D: 15
-    points) only; CUDA cores).  The result is a new float64 C-contiguous
-    array, or `out` (float64, C-contiguous, the grid's shape; it may be
-    the grid itself).  The input is never modified unless it is `out`.
+
+    `grid` is a host array (NumPy, or anything ``np.asarray`` takes; the
+    result is a new float64 C-contiguous NumPy array, or `out`: float64,
+    C-contiguous, the grid's shape, possibly the grid itself), or a GPU
+    array (CuPy, a PyTorch CUDA tensor, Numba, ...: anything with
+    ``__cuda_array_interface__`` or ``__dlpack__`` on a CUDA device, of
+    any real dtype and strides): it runs on the GPU with no host copy and
+    the result is a new float64 array of the same kind (CuPy in, CuPy
+    out; a tensor in, a tensor out; otherwise a convstencil.DeviceArray),
+    or `out` (a float64 GPU array of the grid's shape, any strides,
+    possibly the grid).  The input is never modified unless it is `out`.
+
+    `backend` is "auto" (the GPU when usable or when the grid is on it,
+    else the CPU), "cpu", "cpu-tc" (the tensor-core algorithm emulated on
+    the CPU), "cuda" (the GPU, tensor cores where they pay), "cuda-tc" or
+    "cuda-core" (the GPU on one path: tensor cores, kernels up to 7 per
+    axis (1D: 31 points) only; CUDA cores).  GPU arrays run on the "cuda"
+    backends only.
+
+    Watching a long run: ``every=N, callback=f`` calls ``f(step, grid)``
+    after every N steps (`step`: steps done so far; `grid`: the state
+    then, read-only (GPU arrays: do not write it), of the input's kind,
+    valid during the call).  The run is cut into N-step segments, so the
+    result is the same with or without a callback.  If f raises, the run
+    stops and the exception propagates; the grid is left as it was, even
+    when it is `out`.  ``progress=True`` draws a progress bar (tqdm when
+    installed, else a counter on stderr).
+
+    GPU arrays: the call waits for the work their producer queued before
+    (CUDA Array Interface v3 stream, DLPack exchange) and returns when
+    the result is complete.  With ``stream=`` (a CuPy or PyTorch stream,
+    or a handle) the work is queued on that stream instead and the call
+    returns at once; the result is valid in that stream's order (use the
+    stream the arrays' library works on, e.g.
+    ``cupy.cuda.get_current_stream()``).
 
     A long run stops at Ctrl-C (KeyboardInterrupt, raised within about a
     tenth of a second on the CPU): the grid is then left as it was, even
     when it is `out`; any other `out` may hold partial results.
+
+    >>> import numpy as np, convstencil as cs
+    >>> u = np.random.rand(256, 256)
+    >>> v = cs.apply(u, "heat2d", steps=100, mode="wrap")
+    >>> frames = []
+    >>> v = cs.apply(u, "heat2d", steps=100, every=25,
+    ...              callback=lambda step, g: frames.append(g.copy()))
+    >>> len(frames)
+    4
     """
     w = _resolve_weights(stencil, weights)
     steps = _resolve_steps(steps)
@@ -170,30 +507,19 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
         cval = float(cval)
     except (TypeError, ValueError):
         raise TypeError("cval must be a real number, got %r" % (cval,))
-    if out is not None:
-        _check_out(out, np.shape(grid))
-    src = _as_grid(grid, out)
-    if src.ndim != w.ndim:
-        raise ValueError("a %dD stencil (weights shape %s) needs a %dD grid, "
-                         "got a %dD grid of shape %s"
-                         % (w.ndim, w.shape, w.ndim, src.ndim, src.shape))
-    name = _resolve_backend(backend, src.ndim, w)
-    if out is None:
-        # a separate result: computing in place would make the CPU engine
-        # copy the grid first (its passes must not write what they read)
-        out = np.empty(src.shape, dtype=np.float64)
-    engine, path = _backends.BACKEND_CODES[name]
-    before = _interrupt_backup(grid, src, out)
-    try:
-        info = _core.run(src, w, out, steps, MODE_CODES[mode], cval, engine,
-                         path, 0, threading.current_thread()
-                         is threading.main_thread())
-    except KeyboardInterrupt:
-        if before is not None:
-            np.copyto(out, before)  # an interrupted run keeps the grid
-        raise
-    _last_run_info.clear()
-    _last_run_info.update(info)
-    _last_run_info["steps"] = steps
-    _last_run_info["mode"] = mode
-    return out
+    if every is not None or callback is not None:
+        every, callback = _watch.resolve_every(every, callback, steps)
+    if progress is not False and not isinstance(progress, (bool, np.bool_)):
+        raise TypeError("progress must be True or False, got %r"
+                        % (progress,))
+    if _device.is_device_array(grid):
+        return _apply_device(grid, w, steps, mode, cval, backend, out, every,
+                             callback, bool(progress), stream)
+    if out is not None and _device.is_device_array(out):
+        raise TypeError("out is a GPU array but the grid is not; put the "
+                        "grid on the GPU too (e.g. cupy.asarray(grid))")
+    if stream is not None:
+        raise TypeError("stream= applies to GPU arrays; this grid is a "
+                        "host array")
+    return _apply_host(grid, w, steps, mode, cval, backend, out, every,
+                       callback, bool(progress))

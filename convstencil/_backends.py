@@ -1,4 +1,7 @@
-"""Which backends this build and this machine can run, and why not."""
+"""Which backends this build and this machine can run, and why not; the
+GPU engine's cache of memory kept between calls."""
+import atexit
+
 from . import _core
 
 # Backend name -> (engine code, GPU path code), codes shared with
@@ -53,3 +56,29 @@ def backends():
 def best_backend():
     """The backend "auto" runs: the GPU when usable, else the CPU."""
     return "cuda" if cuda_status() == "available" else "cpu"
+
+
+def clear_cache():
+    """Free the GPU memory and pinned host staging kept between calls.
+
+    The GPU engine keeps the device memory of its last grids (up to a
+    quarter of the device's memory, or CONVSTENCIL_CACHE_BYTES bytes) and
+    64 MiB of pinned host memory per concurrent call, so that the next
+    call of the same or a smaller size allocates nothing.  Call this to
+    give that memory back (to CuPy or PyTorch, say); it is also freed at
+    exit.  Returns the device bytes freed (0 without the CUDA engine).
+
+    >>> convstencil.clear_cache()
+    0
+    """
+    return _core.clear_cache()
+
+
+def cache_info():
+    """What the GPU engine keeps between calls: a dict of device_bytes
+    (idle device memory), blocks (idle grid arenas), pinned_bytes
+    (staging) and lanes (sets of streams, idle or in use)."""
+    return _core.cache_info()
+
+
+atexit.register(_core.clear_cache)

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "stencil.h"
+#include "dlpack_glue.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/tc_emulation.h"
 #ifdef CS_HAVE_CUDA
@@ -86,11 +87,14 @@ check_arrays(PyArrayObject *grid, PyArrayObject *weights, PyArrayObject *out)
 static PyObject *
 info_to_dict(const cs_run_info *info)
 {
-    PyObject *seconds = info->device_seconds >= 0.0
-                            ? PyFloat_FromDouble(info->device_seconds)
-                            : Py_NewRef(Py_None);
-    if (seconds == NULL) {
-        return NULL;
+    PyObject *seconds = Py_None;
+    if (info->device_seconds >= 0.0) {
+        seconds = PyFloat_FromDouble(info->device_seconds);
+        if (seconds == NULL) {
+            return NULL;
+        }
+    } else {
+        Py_INCREF(Py_None);
     }
     /* N: the dict takes over the reference to `seconds` */
     return Py_BuildValue("{s:s,s:s,s:i,s:l,s:l,s:i,s:N}",
@@ -103,12 +107,14 @@ info_to_dict(const cs_run_info *info)
                          "device_seconds", seconds);
 }
 
-/* ---- Ctrl-C during a run: the engines poll this between steps ---- */
+/* ---- Ctrl-C and progress during a run: the engines poll this ---- */
 
 #define SIGNAL_POLL_SECONDS 0.1 /* a tenth of a second between looks */
 
 typedef struct signal_poll {
-    double next; /* clock reading of the next look */
+    double next;        /* clock reading of the next look */
+    int check_signals;  /* the main thread: run the signal handlers */
+    PyObject *progress; /* NULL, or called with the steps done so far */
 } signal_poll;
 
 static double
@@ -124,14 +130,15 @@ monotonic_seconds(void)
 }
 
 /*
- * cs_interrupt's poll: at most every SIGNAL_POLL_SECONDS, take the GIL
- * and run Python's signal handlers (in the main thread; elsewhere they
- * do nothing).  A handler that raises (KeyboardInterrupt, by default on
- * SIGINT) stops the run; its exception stays set for run() to return.
- * Called without the GIL, from the thread that released it.
+ * cs_interrupt's poll: at most every SIGNAL_POLL_SECONDS, take the GIL,
+ * run Python's signal handlers (in the main thread; elsewhere they do
+ * nothing) and report progress.  A handler or a progress function that
+ * raises (KeyboardInterrupt, by default on SIGINT) stops the run; its
+ * exception stays set for run() to return.  Called without the GIL,
+ * from the thread that released it.
  */
 static int
-poll_signals(void *arg)
+poll_signals(void *arg, long steps_done)
 {
     signal_poll *sp = (signal_poll *)arg;
     const double now = monotonic_seconds();
@@ -140,9 +147,30 @@ poll_signals(void *arg)
     }
     sp->next = now + SIGNAL_POLL_SECONDS;
     PyGILState_STATE gil = PyGILState_Ensure();
-    const int raised = PyErr_CheckSignals() != 0;
+    int raised = sp->check_signals && PyErr_CheckSignals() != 0;
+    if (!raised && sp->progress != NULL) {
+        PyObject *r = PyObject_CallFunction(sp->progress, "l", steps_done);
+        raised = r == NULL;
+        Py_XDECREF(r);
+    }
     PyGILState_Release(gil);
     return raised;
+}
+
+/* The poll of one run: NULL when there is nothing to look at. */
+static cs_interrupt
+make_poll(signal_poll *sp, int interruptible, PyObject *progress)
+{
+    sp->next = monotonic_seconds() + SIGNAL_POLL_SECONDS;
+    /* elsewhere than in the main thread the handlers would not run; the
+       poll would only take the GIL, from threads that may need it */
+    sp->check_signals = interruptible;
+    sp->progress = progress != Py_None ? progress : NULL;
+    cs_interrupt intr = {NULL, sp};
+    if (sp->check_signals || sp->progress != NULL) {
+        intr.poll = poll_signals;
+    }
+    return intr;
 }
 
 static void
@@ -167,13 +195,15 @@ raise_status(cs_status status, const char *backend, const char *detail)
 
 PyDoc_STRVAR(run_doc,
 "run(grid, weights, out, steps, mode, cval, backend, path, threads,\n"
-"    interruptible) -> dict\n"
+"    interruptible, progress) -> dict\n"
 "\n"
 "Apply `weights` to `grid` `steps` times into `out` (all float64,\n"
 "C-contiguous, same ndim; out may be grid).  mode, backend and path are\n"
 "the integer codes of convstencil._apply.  With `interruptible` (the\n"
 "main thread: the only one that runs signal handlers) the run stops at\n"
-"a signal whose handler raises, e.g. Ctrl-C.  Returns what the run did.\n"
+"a signal whose handler raises, e.g. Ctrl-C.  `progress` (None or a\n"
+"callable) is called with the steps done so far, at most every 0.1 s.\n"
+"Returns what the run did.\n"
 "Use convstencil.apply(): this function assumes validated arguments.");
 
 static PyObject *
@@ -183,6 +213,7 @@ run(PyObject *self, PyObject *args)
     long steps;
     int mode, backend, path, threads, interruptible;
     double cval;
+    PyObject *progress;
     cs_kernel kernel = {0};
     cs_run_info info = {0};
     cs_status status = CS_OK;
@@ -190,10 +221,10 @@ run(PyObject *self, PyObject *args)
     const char *backend_name = "cpu";
     PyObject *result = NULL;
 
-    if (!PyArg_ParseTuple(args, "O!O!O!lidiiip", &PyArray_Type, &grid,
+    if (!PyArg_ParseTuple(args, "O!O!O!lidiiipO", &PyArray_Type, &grid,
                           &PyArray_Type, &weights, &PyArray_Type, &out,
                           &steps, &mode, &cval, &backend, &path, &threads,
-                          &interruptible)) {
+                          &interruptible, &progress)) {
         return NULL;
     }
     if (check_arrays(grid, weights, out) < 0) {
@@ -224,10 +255,8 @@ run(PyObject *self, PyObject *args)
 
     const double *in_data = PyArray_DATA(grid);
     double *out_data = PyArray_DATA(out);
-    signal_poll sp = {monotonic_seconds() + SIGNAL_POLL_SECONDS};
-    /* elsewhere than in the main thread the poll would only take the
-       GIL, from threads that may need it */
-    const cs_interrupt intr = {interruptible ? poll_signals : NULL, &sp};
+    signal_poll sp;
+    const cs_interrupt intr = make_poll(&sp, interruptible, progress);
     switch (backend) {
     case BACKEND_CPU:
         Py_BEGIN_ALLOW_THREADS
@@ -279,6 +308,294 @@ run(PyObject *self, PyObject *args)
 exit:
     cs_kernel_free(&kernel);
     return result;
+}
+
+/* ---- device arrays (the CUDA engine only) ---- */
+
+/* A tuple of 3 integers into v; -1 with an exception otherwise. */
+static int
+parse_triple(PyObject *t, const char *what, ptrdiff_t v[3])
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+        PyErr_Format(PyExc_ValueError, "%s must be a tuple of 3 integers",
+                     what);
+        return -1;
+    }
+    for (int a = 0; a < 3; a++) {
+        v[a] = (ptrdiff_t)PyLong_AsSsize_t(PyTuple_GET_ITEM(t, a));
+        if (v[a] == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(run_device_doc,
+"run_device(in_ptr, in_dtype, in_strides, out_ptr, out_strides, shape,\n"
+"           weights, steps, mode, cval, path, wait0, wait1, run_stream,\n"
+"           interruptible, progress) -> dict\n"
+"\n"
+"Apply `weights` to the device array at in_ptr (DTYPE_* code, strides\n"
+"in bytes, all 3D with leading unit axes) into the float64 device array\n"
+"at out_ptr.  wait0/wait1: producers' streams to wait for (0: none);\n"
+"run_stream: 0 runs on the engine's stream and returns when done,\n"
+"otherwise the work is queued on that stream.  Use convstencil.apply().");
+
+static PyObject *
+run_device(PyObject *self, PyObject *args)
+{
+    unsigned long long in_ptr, out_ptr, wait0, wait1, run_stream;
+    int in_dtype, mode, path, interruptible;
+    PyObject *in_strides_obj, *out_strides_obj, *shape_obj, *progress;
+    PyArrayObject *weights;
+    long steps;
+    double cval;
+    cs_kernel kernel = {0};
+    PyObject *result = NULL;
+
+    if (!PyArg_ParseTuple(args, "KiOKOOO!lidiKKKpO", &in_ptr, &in_dtype,
+                          &in_strides_obj, &out_ptr, &out_strides_obj,
+                          &shape_obj, &PyArray_Type, &weights, &steps, &mode,
+                          &cval, &path, &wait0, &wait1, &run_stream,
+                          &interruptible, &progress)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    ptrdiff_t in_strides[3], out_strides[3], shape[3], ksize[3] = {1, 1, 1};
+    if (parse_triple(in_strides_obj, "in_strides", in_strides) < 0
+        || parse_triple(out_strides_obj, "out_strides", out_strides) < 0
+        || parse_triple(shape_obj, "shape", shape) < 0) {
+        goto exit;
+    }
+    if (!is_float64_carray(weights) || PyArray_NDIM(weights) < 1
+        || PyArray_NDIM(weights) > 3) {
+        PyErr_SetString(PyExc_TypeError, "weights must be a C-contiguous "
+                                         "float64 array of 1 to 3 axes");
+        goto exit;
+    }
+    if (steps < 0 || mode < 0 || mode >= CS_MODE_COUNT || in_dtype < 0
+        || in_dtype >= CS_DTYPE_COUNT || shape[0] < 1 || shape[1] < 1
+        || shape[2] < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "steps < 0, an unknown mode or dtype code, or an "
+                        "empty shape");
+        goto exit;
+    }
+    const int ndim = PyArray_NDIM(weights);
+    for (int a = 0; a < ndim; a++) {
+        ksize[a] = PyArray_DIM(weights, a);
+        if (ksize[a] % 2 == 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "weights must have an odd size on every axis");
+            goto exit;
+        }
+    }
+    const double *wv = PyArray_DATA(weights);
+    for (npy_intp i = 0; i < PyArray_SIZE(weights); i++) {
+        if (!isfinite(wv[i])) {
+            PyErr_SetString(PyExc_ValueError, "weights must be finite");
+            goto exit;
+        }
+    }
+    cs_status status = cs_kernel_init(&kernel, ndim, ksize, wv);
+    if (status != CS_OK) {
+        raise_status(status, "cuda", NULL);
+        goto exit;
+    }
+    cs_darray in = {(void *)(uintptr_t)in_ptr, (cs_dtype)in_dtype,
+                    {in_strides[0], in_strides[1], in_strides[2]}};
+    cs_darray out = {(void *)(uintptr_t)out_ptr, CS_DTYPE_FLOAT64,
+                     {out_strides[0], out_strides[1], out_strides[2]}};
+    cs_cuda_streams streams = {{(uintptr_t)wait0, (uintptr_t)wait1},
+                               (uintptr_t)run_stream};
+    cs_run_info info = {0};
+    char detail[512] = "";
+    signal_poll sp;
+    const cs_interrupt intr = make_poll(&sp, interruptible, progress);
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_apply_device(&in, &out, shape, &kernel, (cs_mode)mode,
+                                  cval, steps, (cs_cuda_path)path, &streams,
+                                  &info, &intr, detail, sizeof(detail));
+    Py_END_ALLOW_THREADS
+    if (status == CS_ERR_INTERRUPTED) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+        }
+        goto exit;
+    }
+    if (status != CS_OK) {
+        raise_status(status, "cuda", detail);
+        goto exit;
+    }
+    result = info_to_dict(&info);
+#else
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
+    goto exit;
+#endif
+exit:
+    cs_kernel_free(&kernel);
+    return result;
+}
+
+/* A host array argument: C-contiguous, and writeable when it is written. */
+static int
+check_host_buffer(PyArrayObject *a, int written)
+{
+    if (!PyArray_IS_C_CONTIGUOUS(a) || (written && !PyArray_ISWRITEABLE(a))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "host array must be C-contiguous (and writeable "
+                        "when written)");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(copy_doc,
+"to_device(ptr, host_array) / to_host(host_array, ptr)\n"
+"\n"
+"Copy host_array.nbytes bytes between a C-contiguous NumPy array and\n"
+"device memory at ptr through the engine's pinned staging; complete on\n"
+"return.");
+
+static PyObject *
+copy_between(PyObject *args, int to_device)
+{
+    unsigned long long ptr;
+    PyArrayObject *host;
+    int ok = to_device ? PyArg_ParseTuple(args, "KO!", &ptr, &PyArray_Type,
+                                          &host)
+                       : PyArg_ParseTuple(args, "O!K", &PyArray_Type, &host,
+                                          &ptr);
+    if (!ok || check_host_buffer(host, !to_device) < 0) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    char detail[512] = "";
+    cs_status status;
+    void *dev = (void *)(uintptr_t)ptr;
+    void *data = PyArray_DATA(host);
+    size_t bytes = (size_t)PyArray_NBYTES(host);
+    Py_BEGIN_ALLOW_THREADS
+    status = to_device
+                 ? cs_cuda_copy_to_device(dev, data, bytes, detail,
+                                          sizeof(detail))
+                 : cs_cuda_copy_to_host(data, dev, bytes, detail,
+                                        sizeof(detail));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
+    return NULL;
+#endif
+}
+
+static PyObject *
+to_device(PyObject *self, PyObject *args)
+{
+    return copy_between(args, 1);
+}
+
+static PyObject *
+to_host(PyObject *self, PyObject *args)
+{
+    return copy_between(args, 0);
+}
+
+PyDoc_STRVAR(device_alloc_doc,
+"device_alloc(nbytes) -> (ptr, device)\n"
+"\n"
+"cudaMalloc on the current device, after checking that nbytes fit in\n"
+"its free memory (MemoryError otherwise).  Free with device_free.");
+
+static PyObject *
+device_alloc(PyObject *self, PyObject *args)
+{
+    Py_ssize_t nbytes;
+    if (!PyArg_ParseTuple(args, "n", &nbytes)) {
+        return NULL;
+    }
+    if (nbytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "nbytes must be >= 0");
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    char detail[512] = "";
+    void *ptr = NULL;
+    int device = 0;
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_malloc(&ptr, (size_t)nbytes, &device, detail,
+                            sizeof(detail));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    return Py_BuildValue("(Ki)", (unsigned long long)(uintptr_t)ptr, device);
+#else
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
+    return NULL;
+#endif
+}
+
+static PyObject *
+device_free(PyObject *self, PyObject *args)
+{
+    unsigned long long ptr;
+    if (!PyArg_ParseTuple(args, "K", &ptr)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    Py_BEGIN_ALLOW_THREADS
+    cs_cuda_free((void *)(uintptr_t)ptr);
+    Py_END_ALLOW_THREADS
+#endif
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(clear_cache_doc,
+"clear_cache() -> int\n"
+"\n"
+"Free the device memory and pinned staging the GPU engine keeps between\n"
+"calls; returns the device bytes freed (0 without the CUDA engine).");
+
+static PyObject *
+clear_cache(PyObject *self, PyObject *noargs)
+{
+    size_t freed = 0;
+#ifdef CS_HAVE_CUDA
+    Py_BEGIN_ALLOW_THREADS
+    freed = cs_cuda_clear_cache();
+    Py_END_ALLOW_THREADS
+#endif
+    return PyLong_FromSize_t(freed);
+}
+
+PyDoc_STRVAR(cache_info_doc,
+"cache_info() -> dict(device_bytes, blocks, pinned_bytes, lanes)\n"
+"\n"
+"What the GPU engine keeps between calls: idle device memory and\n"
+"blocks, pinned host staging, and its lanes (idle or in use).");
+
+static PyObject *
+cache_info(PyObject *self, PyObject *noargs)
+{
+    size_t device_bytes = 0, pinned_bytes = 0;
+    int blocks = 0, lanes = 0;
+#ifdef CS_HAVE_CUDA
+    cs_cuda_cache_info(&device_bytes, &blocks, &pinned_bytes, &lanes);
+#endif
+    return Py_BuildValue("{s:n,s:i,s:n,s:i}", "device_bytes",
+                         (Py_ssize_t)device_bytes, "blocks", blocks,
+                         "pinned_bytes", (Py_ssize_t)pinned_bytes, "lanes",
+                         lanes);
 }
 
 PyDoc_STRVAR(cuda_info_doc,
@@ -334,6 +651,17 @@ cuda_mem_info(PyObject *self, PyObject *noargs)
 
 static PyMethodDef core_methods[] = {
     {"run", run, METH_VARARGS, run_doc},
+    {"run_device", run_device, METH_VARARGS, run_device_doc},
+    {"to_device", to_device, METH_VARARGS, copy_doc},
+    {"to_host", to_host, METH_VARARGS, copy_doc},
+    {"device_alloc", device_alloc, METH_VARARGS, device_alloc_doc},
+    {"device_free", device_free, METH_VARARGS, "device_free(ptr)"},
+    {"clear_cache", clear_cache, METH_NOARGS, clear_cache_doc},
+    {"cache_info", cache_info, METH_NOARGS, cache_info_doc},
+    {"dlpack_info", cs_py_dlpack_info, METH_O,
+     "dlpack_info(capsule) -> dict: what a DLPack capsule holds"},
+    {"dlpack_export", cs_py_dlpack_export, METH_VARARGS,
+     "dlpack_export(data, device_id, shape, owner) -> DLPack capsule"},
     {"cuda_info", cuda_info, METH_NOARGS, cuda_info_doc},
     {"cuda_mem_info", cuda_mem_info, METH_NOARGS, cuda_mem_info_doc},
     {NULL, NULL, 0, NULL}
@@ -345,9 +673,38 @@ static struct PyModuleDef core_module = {
     -1, core_methods, NULL, NULL, NULL, NULL
 };
 
+/* Codes Python passes to run(): defined here once, read by _apply.py. */
+static int
+add_codes(PyObject *m)
+{
+    static const struct {
+        const char *name;
+        int value;
+    } codes[] = {
+        {"DTYPE_FLOAT64", CS_DTYPE_FLOAT64}, {"DTYPE_FLOAT32", CS_DTYPE_FLOAT32},
+        {"DTYPE_FLOAT16", CS_DTYPE_FLOAT16},
+        {"DTYPE_BFLOAT16", CS_DTYPE_BFLOAT16}, {"DTYPE_INT8", CS_DTYPE_INT8},
+        {"DTYPE_INT16", CS_DTYPE_INT16},     {"DTYPE_INT32", CS_DTYPE_INT32},
+        {"DTYPE_INT64", CS_DTYPE_INT64},     {"DTYPE_UINT8", CS_DTYPE_UINT8},
+        {"DTYPE_UINT16", CS_DTYPE_UINT16},   {"DTYPE_UINT32", CS_DTYPE_UINT32},
+        {"DTYPE_UINT64", CS_DTYPE_UINT64},   {"DTYPE_BOOL", CS_DTYPE_BOOL},
+    };
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        if (PyModule_AddIntConstant(m, codes[i].name, codes[i].value) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC
 PyInit__core(void)
 {
     import_array();
-    return PyModule_Create(&core_module);
+    PyObject *m = PyModule_Create(&core_module);
+    if (m != NULL && add_codes(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -39,9 +39,10 @@ cs_status_string(cs_status status)
 }
 
 int
-cs_interrupt_requested(const cs_interrupt *intr)
+cs_interrupt_requested(const cs_interrupt *intr, long steps_done)
 {
-    return intr != NULL && intr->poll != NULL && intr->poll(intr->arg) != 0;
+    return intr != NULL && intr->poll != NULL
+           && intr->poll(intr->arg, steps_done) != 0;
 }
 
 static ptrdiff_t

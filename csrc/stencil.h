@@ -36,21 +36,23 @@ const char *
 cs_status_string(cs_status status);
 
 /*
- * A caller's way to stop a long run (a user's Ctrl-C): the engines call
- * poll(arg) between steps or passes, on the thread that called them, and
- * when it returns nonzero they free what they hold and return
+ * A caller's way to stop a long run (a user's Ctrl-C) and to watch it
+ * (a progress bar): the engines call poll(arg, steps_done) between steps
+ * or passes, on the thread that called them, with the number of time
+ * steps completed so far (on the GPU: queued so far), and when it
+ * returns nonzero they free what they hold and return
  * CS_ERR_INTERRUPTED; `out` may then hold partial results, `in` is never
  * written.  poll runs as often as every step: it must be cheap (look at
  * a clock, and do real work only every tenth of a second or so).
  */
 typedef struct cs_interrupt {
-    int (*poll)(void *arg);
+    int (*poll)(void *arg, long steps_done);
     void *arg;
 } cs_interrupt;
 
-/* Whether `intr` (NULL: never) asks to stop now. */
+/* Whether `intr` (NULL: never) asks to stop now, `steps_done` steps in. */
 int
-cs_interrupt_requested(const cs_interrupt *intr);
+cs_interrupt_requested(const cs_interrupt *intr, long steps_done);
 
 /* Boundary modes, with scipy.ndimage's names and meanings. */
 typedef enum cs_mode {
@@ -71,6 +73,25 @@ typedef enum cs_mode {
  */
 ptrdiff_t
 cs_extend_index(ptrdiff_t i, ptrdiff_t n, cs_mode mode);
+
+/* Element types a grid may arrive in (the engines compute in float64;
+   convstencil._core exports the codes as DTYPE_*). */
+typedef enum cs_dtype {
+    CS_DTYPE_FLOAT64 = 0,
+    CS_DTYPE_FLOAT32,
+    CS_DTYPE_FLOAT16,
+    CS_DTYPE_BFLOAT16,
+    CS_DTYPE_INT8,
+    CS_DTYPE_INT16,
+    CS_DTYPE_INT32,
+    CS_DTYPE_INT64,
+    CS_DTYPE_UINT8,
+    CS_DTYPE_UINT16,
+    CS_DTYPE_UINT32,
+    CS_DTYPE_UINT64,
+    CS_DTYPE_BOOL,
+    CS_DTYPE_COUNT
+} cs_dtype;
 
 /* A stencil kernel: an owned, dense, C-ordered box of float64 weights. */
 typedef struct cs_kernel {

@@ -1097,7 +1097,7 @@ run_direct(const engine *e, const double *in, double *out, long steps,
             direct_fill_halo(e, &whole, &h, src, constant && s > 0);
             direct_units(e, &whole, src, dst, tap, nseg, u0, u1);
             if (thread_id() == 0 && s + 1 < steps
-                && cs_interrupt_requested(intr)) {
+                && cs_interrupt_requested(intr, s + 1)) {
 #ifdef _OPENMP
 #pragma omp atomic write
 #endif
@@ -1550,7 +1550,7 @@ run_blocked(const engine *e, const tiling *tl, const double *in,
         for (long p = 0; p < passes; p++) {
             if (p > 0) {
                 if (thread_id() == 0) {
-                    stop = cs_interrupt_requested(intr);
+                    stop = cs_interrupt_requested(intr, p * tl->depth);
                 }
                 team_barrier();
                 if (stop) {

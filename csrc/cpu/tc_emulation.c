@@ -512,7 +512,7 @@ run_steps(const double *in, double *out, const ptrdiff_t shape[3],
     cs_status st = CS_OK;
 
     for (long p = 0; p < plan->passes && st == CS_OK; p++) {
-        if (cs_interrupt_requested(intr)) {
+        if (cs_interrupt_requested(intr, p * plan->depth)) {
             return CS_ERR_INTERRUPTED;
         }
         const double *pass_in = src;
@@ -528,7 +528,7 @@ run_steps(const double *in, double *out, const ptrdiff_t shape[3],
         src = out;
     }
     for (long r = 0; r < plan->remainder && st == CS_OK; r++) {
-        if (cs_interrupt_requested(intr)) {
+        if (cs_interrupt_requested(intr, plan->passes * plan->depth + r)) {
             return CS_ERR_INTERRUPTED;
         }
         st = tc_pass(src, out, shape, base, mode, cval, nthreads);

@@ -35,9 +35,11 @@ typedef struct cs_cuda_ctx {
     int poison_memory;    /* testing: fill new device memory with NaN */
     char *err;            /* message buffer, may be NULL */
     size_t err_len;
-    /* the device's facts, read once per apply before any launch */
+    /* the device's facts (resources.cu reads them once per device) */
+    int device;           /* the current device, which the call runs on */
     int sms;              /* multiprocessors */
     int smem_optin;       /* shared memory (bytes) a block may opt into */
+    int cc_major;         /* compute capability, major */
     const cs_interrupt *intr; /* the caller's stop request, polled per
                                  pass (may be NULL) */
 } cs_cuda_ctx;

@@ -2,17 +2,23 @@
  * cuda_engine.h -- the GPU engine's plain C API (implemented in the .cu
  * files of this folder; compiled only when nvcc is found).
  *
- * Data flow of one cs_cuda_apply: one upload of the grid into a padded
- * device buffer, the whole step loop on the device with ping-pong
- * buffers (halo fill, fused tensor-core passes, band fix-up, unfused
- * remainder), one download.  Every CUDA call is checked; on any failure
- * all device memory is freed and a message naming the failing kernel or
- * call is written to `err`.
+ * Data flow of one call: the grid is read once into a padded device
+ * grid (from host memory through pinned staging, cs_cuda_apply; or
+ * straight from the caller's device array, of any real dtype and
+ * strides, cs_cuda_apply_device), the whole step loop runs on the
+ * device with ping-pong buffers (halo fill, fused passes, band fix-up,
+ * unfused remainder), and the result is written once.  Streams, events,
+ * staging and device memory are kept between calls (resources.cu);
+ * cs_cuda_clear_cache releases them.  Every CUDA call is checked; on
+ * any failure a message naming the failing kernel or call is written to
+ * `err` and nothing is left half-held.
  */
 #ifndef CS_CUDA_ENGINE_H
 #define CS_CUDA_ENGINE_H
 
 #include "../stencil.h"
+
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,13 +50,86 @@ cs_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg,
 /*
  * Host arrays in, host array out, same contract as cs_cpu_apply.
  * `in` and `out` may alias.  `intr` (may be NULL) is polled before each
- * pass; when it asks to stop, `out` is left as it was.
+ * pass; when it asks to stop, `out` is left as it was.  Returns once
+ * `out` holds the result.
  */
 cs_status
 cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
               const cs_kernel *kernel, cs_mode mode, double cval,
               long steps, cs_cuda_path path, cs_run_info *info,
               const cs_interrupt *intr, char *err, size_t err_len);
+
+/*
+ * An array in device memory: element (z, y, x) of the 3D view (leading
+ * unit axes, as every grid here) at data + z*strides[0] + y*strides[1]
+ * + x*strides[2] bytes; strides may be negative, and must be multiples
+ * of the element size.
+ */
+typedef struct cs_darray {
+    void *data;
+    cs_dtype dtype;
+    ptrdiff_t strides[3];
+} cs_darray;
+
+/*
+ * Streams of a device call.  The engine first waits (on the device) for
+ * the work queued so far on each nonzero `wait` stream: the producers of
+ * `in` and `out` (CUDA Array Interface v3, or the stream named in a
+ * DLPack exchange; 1 and 2 are the legacy and per-thread default
+ * streams).  With `run` == 0 the work runs on the engine's own stream
+ * and the call returns when it is complete; otherwise it is queued on
+ * the stream `run` and the call returns at once (the result is valid in
+ * that stream's order; device_seconds is not measured).
+ */
+typedef struct cs_cuda_streams {
+    uintptr_t wait[2];
+    uintptr_t run;
+} cs_cuda_streams;
+
+/*
+ * Device array in, float64 device array out (any strides; it may be
+ * `in` itself): the same computation as cs_cuda_apply, with no host
+ * copy.  Both must be in memory of the current device: CS_ERR_INVALID
+ * with a message naming the devices otherwise.
+ */
+cs_status
+cs_cuda_apply_device(const cs_darray *in, const cs_darray *out,
+                     const ptrdiff_t shape[3], const cs_kernel *kernel,
+                     cs_mode mode, double cval, long steps,
+                     cs_cuda_path path, const cs_cuda_streams *streams,
+                     cs_run_info *info, const cs_interrupt *intr, char *err,
+                     size_t err_len);
+
+/*
+ * Copy `bytes` between host memory and device memory of the current
+ * device, through the engine's pinned staging (both directions
+ * complete on return).
+ */
+cs_status
+cs_cuda_copy_to_device(void *dst, const void *src, size_t bytes, char *err,
+                       size_t err_len);
+cs_status
+cs_cuda_copy_to_host(void *dst, const void *src, size_t bytes, char *err,
+                     size_t err_len);
+
+/*
+ * Device memory for arrays the engine hands out (cudaMalloc on the
+ * current device; checked against its free memory first).
+ */
+cs_status
+cs_cuda_malloc(void **ptr, size_t bytes, int *device, char *err,
+               size_t err_len);
+void
+cs_cuda_free(void *ptr);
+
+/* Free the memory kept between calls; returns the device bytes freed. */
+size_t
+cs_cuda_clear_cache(void);
+
+/* What is kept: idle device bytes and blocks, pinned bytes, lanes. */
+void
+cs_cuda_cache_info(size_t *device_bytes, int *blocks, size_t *pinned_bytes,
+                   int *lanes);
 
 #ifdef __cplusplus
 }

@@ -53,6 +53,10 @@
  */
 #include "cuda_engine.h"
 #include "kernels.cuh"
+#include "resources.cuh"
+#include "transfer.cuh"
+#include "direct.cuh"
+#include "../host_copy.h"
 #include "../layout.h"
 
 #include <errno.h>
@@ -310,7 +314,7 @@ band_scatter(cs_cuda_ctx *ctx, const band_job *job, int a,
 
 /* What one apply owns; released by release_state on every path. */
 typedef struct apply_state {
-    cs_kernel composed;    /* the fused kernel (tensor-core path) */
+    cs_kernel composed;    /* the fused kernel */
     cs_layout2d layout;    /* its stencil2row layout (one z-plane's) */
     int layout_built;
     int use_tc3d;          /* composed has several z-planes: tc3d */
@@ -319,76 +323,30 @@ typedef struct apply_state {
     const double *wa_host; /* weight matrices to upload: the layout's, */
     const double *wb_host; /* or plane_w's two halves */
     size_t w_count;        /* doubles in each of them */
-    char *arena;           /* device memory */
-    cudaStream_t stream;
-    cudaEvent_t loop_start, loop_stop; /* time the step loop */
-    /* band fix-ups: their strips' steps run on band_stream, beside each
-       pass's main kernel, between the events src_ready and band_done */
-    cudaStream_t band_stream;
-    cudaEvent_t src_ready, band_done;
+    cs_lane *lane;         /* streams, events, staging, parameters */
+    cs_block *block;       /* device memory of the grids and strips */
+    char *params_host;     /* the parameter block, as uploaded */
 } apply_state;
 
+/*
+ * Give the lane and the block back (after the work queued on
+ * ctx->stream: the next user waits for it) and free the host side.
+ */
 static void
-release_state(apply_state *s)
+release_state(cs_cuda_ctx *ctx, apply_state *s)
 {
-    if (s->band_stream != NULL) {
-        (void)cudaStreamSynchronize(s->band_stream);
-        (void)cudaStreamDestroy(s->band_stream);
+    if (s->block != NULL) {
+        cs_block_give(ctx, s->block);
     }
-    if (s->src_ready != NULL) {
-        (void)cudaEventDestroy(s->src_ready);
-    }
-    if (s->band_done != NULL) {
-        (void)cudaEventDestroy(s->band_done);
-    }
-    if (s->stream != NULL) {
-        (void)cudaStreamSynchronize(s->stream);
-        (void)cudaStreamDestroy(s->stream);
-    }
-    if (s->loop_start != NULL) {
-        (void)cudaEventDestroy(s->loop_start);
-    }
-    if (s->loop_stop != NULL) {
-        (void)cudaEventDestroy(s->loop_stop);
-    }
-    if (s->arena != NULL) {
-        (void)cudaFree(s->arena);
+    if (s->lane != NULL) {
+        cs_lane_give(s->lane, ctx->stream);
     }
     if (s->layout_built) {
         cs_layout2d_free(&s->layout);
     }
     free(s->plane_w);
+    free(s->params_host);
     cs_kernel_free(&s->composed);
-}
-
-/*
- * The band fix-ups' stream and events.  The stream has the highest
- * priority, so that its small kernels take SMs as the pass's main kernel
- * frees them rather than after its last block.
- */
-static cs_status
-band_stream_create(cs_cuda_ctx *ctx, apply_state *s)
-{
-    int least = 0, greatest = 0;
-    CS_CUDA_CHECK(ctx, cudaDeviceGetStreamPriorityRange(&least, &greatest),
-                  "cudaDeviceGetStreamPriorityRange");
-    cudaError_t e = cudaStreamCreateWithPriority(
-        &s->band_stream, cudaStreamNonBlocking, greatest);
-    if (e != cudaSuccess) {
-        s->band_stream = NULL;
-        return cs_cuda_fail(ctx, e, "cudaStreamCreateWithPriority (bands)");
-    }
-    e = cudaEventCreateWithFlags(&s->src_ready, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-        s->src_ready = NULL;
-        return cs_cuda_fail(ctx, e, "cudaEventCreateWithFlags (bands)");
-    }
-    e = cudaEventCreateWithFlags(&s->band_done, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-        s->band_done = NULL;
-        return cs_cuda_fail(ctx, e, "cudaEventCreateWithFlags (bands)");
-    }
-    return CS_OK;
 }
 
 /* Start the band fix-ups of the pass reading src: once src is ready on
@@ -399,18 +357,19 @@ bands_start(cs_cuda_ctx *ctx, const apply_state *s, band_job jobs[3],
             const cs_dgrid *src, const cs_fusion_plan *plan,
             const cs_dkernel *k, cs_mode mode, double cval)
 {
-    CS_CUDA_CHECK(ctx, cudaEventRecord(s->src_ready, ctx->stream),
+    const cs_lane *l = s->lane;
+    CS_CUDA_CHECK(ctx, cudaEventRecord(l->src_ready, ctx->stream),
                   "cudaEventRecord (band source ready)");
-    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(s->band_stream, s->src_ready, 0),
+    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(l->band_stream, l->src_ready, 0),
                   "cudaStreamWaitEvent (band stream)");
     cs_cuda_ctx side = *ctx;
-    side.stream = s->band_stream;
+    side.stream = l->band_stream;
     for (int a = 0; a < 3; a++) {
         if (jobs[a].active) {
             CS_TRY(band_compute(&side, &jobs[a], a, src, plan, k, mode, cval));
         }
     }
-    CS_CUDA_CHECK(ctx, cudaEventRecord(s->band_done, s->band_stream),
+    CS_CUDA_CHECK(ctx, cudaEventRecord(l->band_done, l->band_stream),
                   "cudaEventRecord (bands done)");
     return CS_OK;
 }
@@ -421,7 +380,7 @@ static cs_status
 bands_finish(cs_cuda_ctx *ctx, const apply_state *s, const band_job jobs[3],
              const cs_dgrid *dst, const cs_fusion_plan *plan)
 {
-    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->stream, s->band_done, 0),
+    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->stream, s->lane->band_done, 0),
                   "cudaStreamWaitEvent (main stream)");
     for (int a = 0; a < 3; a++) {
         if (jobs[a].active) {
@@ -433,15 +392,16 @@ bands_finish(cs_cuda_ctx *ctx, const apply_state *s, const band_job jobs[3],
 
 /*
  * Before each pass: has the caller asked to stop?  Polled on the host
- * while it queues launches; once the launch queue is full each launch
- * waits for an earlier one to finish, so a request is seen within that
- * queue's worth of passes.  The caller's `out` is written only by the
- * download after the last pass, so it is left as it was.
+ * while it queues launches, `steps_done` steps into the run; once the
+ * launch queue is full each launch waits for an earlier one to finish,
+ * so a request is seen within that queue's worth of passes.  The
+ * caller's `out` is written only after the last pass, so it is left as
+ * it was.
  */
 static cs_status
-check_interrupt(cs_cuda_ctx *ctx)
+check_interrupt(cs_cuda_ctx *ctx, long steps_done)
 {
-    if (cs_interrupt_requested(ctx->intr)) {
+    if (cs_interrupt_requested(ctx->intr, steps_done)) {
         cs_cuda_message(ctx, "interrupted before the last pass");
         return CS_ERR_INTERRUPTED;
     }
@@ -519,33 +479,8 @@ static cs_status
 choose_path(cs_cuda_ctx *ctx, const cs_kernel *kernel, const fold1d *fold,
             cs_cuda_path path, int *use_tc)
 {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        cs_cuda_message(ctx, "no usable CUDA device: %s",
-                        e != cudaSuccess ? cudaGetErrorString(e)
-                                         : "none is visible");
-        (void)cudaGetLastError();
-        return CS_ERR_NO_DEVICE;
-    }
-    int dev = 0, major = 0;
-    e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) {
-        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                   dev);
-    }
-    if (e == cudaSuccess) {
-        e = cudaDeviceGetAttribute(&ctx->smem_optin,
-                                   cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                   dev);
-    }
-    if (e == cudaSuccess) {
-        e = cudaDeviceGetAttribute(&ctx->sms,
-                                   cudaDevAttrMultiProcessorCount, dev);
-    }
-    if (e != cudaSuccess) {
-        return cs_cuda_fail(ctx, e, "cudaDeviceGetAttribute");
-    }
+    CS_TRY(cs_cuda_device_facts(ctx));
+    const int major = ctx->cc_major;
     /* 7 rows and columns: one stencil2row tile (tc2d, tc3d); 7 planes:
        tc3d's plane tables; a folded 1D grid: tc1d, up to 31 points */
     const int tc_fits =
@@ -776,54 +711,50 @@ plan_cuda_core(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
     return st;
 }
 
-static cs_status
-upload(cs_cuda_ctx *ctx, char *dst, const void *src, size_t bytes,
-       const char *what)
-{
-    if (bytes > 0) {
-        CS_CUDA_CHECK(ctx,
-                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
-                                      ctx->stream),
-                      what);
-    }
-    return CS_OK;
-}
+/* ------------------------------------------------------------------------
+ * one call on the device: arena, parameters, load, step loop, store
+ * --------------------------------------------------------------------- */
+
+/* Where the pieces of a call live in its device block. */
+typedef struct arena_plan {
+    ptrdiff_t shape[3]; /* the grid as the engine runs it (a fold's rows) */
+    grid_geom gmain, gstrip[3];
+    band_job jobs[3];
+    int cc_fused;       /* a fused CUDA-core pass (cc3d) */
+    size_t off_main[2], off_strip[3][2];
+    size_t top;
+} arena_plan;
 
 /*
- * Allocate, upload, run the step loop of `plan`, download.  The step
- * loop's device time (no transfers) goes to *loop_seconds.  `user_shape`
- * is the caller's grid; a fold runs it as {1, rows, w}.
+ * The padded main grids (halo: the reach of what runs on them) and, per
+ * banded axis, the band fix-up's strip grids (both edge strips stacked
+ * along the axis).
  */
 static cs_status
-run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
-              double *out, const ptrdiff_t user_shape[3],
-              const cs_kernel *kernel, cs_mode mode, double cval, int use_tc,
-              const cs_fusion_plan *plan, const fold1d *fold,
-              double *loop_seconds)
+arena_plan_make(cs_cuda_ctx *ctx, const apply_state *s,
+                const ptrdiff_t user_shape[3], const cs_kernel *kernel,
+                int use_tc, const cs_fusion_plan *plan, const fold1d *fold,
+                arena_plan *ap)
 {
-    const size_t count =
-        (size_t)(user_shape[0] * user_shape[1] * user_shape[2]);
-    ptrdiff_t shape[3] = {user_shape[0], user_shape[1], user_shape[2]};
-    if (fold->active) {
-        shape[1] = fold->rows;
-        shape[2] = fold->w;
+    memset(ap, 0, sizeof(*ap));
+    for (int a = 0; a < 3; a++) {
+        ap->shape[a] = user_shape[a];
     }
-
-    /* ---- geometry: main grids, band strips (both edge strips stacked
-       along their axis), parameters; one arena ---- */
+    if (fold->active) {
+        ap->shape[1] = fold->rows;
+        ap->shape[2] = fold->w;
+    }
     ptrdiff_t r[3], halo[3], n_strip[3][3];
     for (int a = 0; a < 3; a++) {
         r[a] = cs_kernel_radius(kernel, a);
         halo[a] = r[a];
         for (int b = 0; b < 3; b++) {
-            n_strip[a][b] = shape[b];
+            n_strip[a][b] = ap->shape[b];
         }
-        /* axis a's strip grid: both edge strips stacked along a */
         n_strip[a][a] = 2 * plan->strip[a];
     }
-    /* a fused CUDA-core pass (cc3d) runs the composed kernel */
-    const int cc_fused = !use_tc && plan->depth > 1;
-    if (cc_fused) {
+    ap->cc_fused = !use_tc && plan->depth > 1;
+    if (ap->cc_fused) {
         for (int a = 0; a < 3; a++) {
             halo[a] = (s->composed.size[a] - 1) / 2;
         }
@@ -834,220 +765,359 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const double *in,
         halo[1] = (s->composed.size[1] - 1) / 2;
         halo[2] = s->layout.halo_x; /* (P - 1) / 2: 3, or 7, 15 for tc1d */
     }
-    band_job jobs[3];
-    memset(jobs, 0, sizeof(jobs));
-    grid_geom gmain, gstrip[3];
-    int ok = geom_make(shape, halo, &gmain);
+    int ok = geom_make(ap->shape, halo, &ap->gmain)
+             && arena_take(&ap->top, ap->gmain.bytes, &ap->off_main[0])
+             && arena_take(&ap->top, ap->gmain.bytes, &ap->off_main[1]);
     for (int a = 0; a < 3; a++) {
         /* a fold replays its two ends instead (fold1d.cu), a fused
            CUDA-core pass recomputes its band in place (fused_band.cu) */
-        jobs[a].active = plan->needs_band && plan->band[a] > 0
-                         && !fold->active && !cc_fused;
-        if (jobs[a].active) {
-            ok = ok && geom_make(n_strip[a], r, &gstrip[a]);
-        }
-    }
-    const size_t kbytes = (size_t)cs_kernel_count(kernel) * sizeof(double);
-    const size_t cbytes =
-        cc_fused ? (size_t)cs_kernel_count(&s->composed) * sizeof(double)
-                 : 0;
-    const size_t wbytes = use_tc ? s->w_count * sizeof(double) : 0;
-    const size_t lbytes =
-        use_tc ? (size_t)4 * s->layout.in_cols * sizeof(int) : 0;
-    size_t top = 0, off_main[2] = {0, 0}, off_strip[3][2] = {{0}};
-    size_t off_w = 0, off_wc = 0, off_wa = 0, off_wb = 0, off_lut = 0;
-    ok = ok && arena_take(&top, gmain.bytes, &off_main[0])
-         && arena_take(&top, gmain.bytes, &off_main[1])
-         && arena_take(&top, kbytes, &off_w)
-         && arena_take(&top, cbytes, &off_wc)
-         && arena_take(&top, wbytes, &off_wa)
-         && arena_take(&top, wbytes, &off_wb)
-         && arena_take(&top, lbytes, &off_lut);
-    for (int a = 0; a < 3; a++) {
-        for (int i = 0; i < 2 && jobs[a].active; i++) {
-            ok = ok && arena_take(&top, gstrip[a].bytes, &off_strip[a][i]);
+        band_job *job = &ap->jobs[a];
+        job->active = plan->needs_band && plan->band[a] > 0 && !fold->active
+                      && !ap->cc_fused;
+        if (job->active) {
+            ok = ok && geom_make(n_strip[a], r, &ap->gstrip[a])
+                 && arena_take(&ap->top, ap->gstrip[a].bytes,
+                               &ap->off_strip[a][0])
+                 && arena_take(&ap->top, ap->gstrip[a].bytes,
+                               &ap->off_strip[a][1]);
         }
     }
     if (!ok) {
-        cs_cuda_message(ctx, "cs_cuda_apply: a %td x %td x %td grid is too "
-                             "large to address",
-                        shape[0], shape[1], shape[2]);
+        cs_cuda_message(ctx, "a %td x %td x %td grid is too large to "
+                             "address",
+                        ap->shape[0], ap->shape[1], ap->shape[2]);
         return CS_ERR_DEVICE_NOMEM;
     }
-    cudaError_t e = cudaMalloc((void **)&s->arena, top);
-    if (e != cudaSuccess) {
-        s->arena = NULL;
-        cs_cuda_message(ctx,
-                        "cudaMalloc of %.1f MiB (%zu bytes: two padded grids "
-                        "of %zu bytes, scratch and parameters) failed: %s",
-                        (double)top / (1024.0 * 1024.0), top, gmain.bytes,
-                        cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        return e == cudaErrorMemoryAllocation ? CS_ERR_DEVICE_NOMEM
-                                              : CS_ERR_CUDA;
-    }
-    e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess) {
-        s->stream = NULL;
-        return cs_cuda_fail(ctx, e, "cudaStreamCreateWithFlags");
-    }
-    ctx->stream = s->stream;
-    if (ctx->poison_memory) {
-        CS_CUDA_CHECK(ctx, cudaMemsetAsync(s->arena, 0xff, top, s->stream),
-                      "cudaMemsetAsync (poison device memory)");
-    }
-    e = cudaEventCreate(&s->loop_start);
-    if (e != cudaSuccess) {
-        s->loop_start = NULL;
-        return cs_cuda_fail(ctx, e, "cudaEventCreate");
-    }
-    e = cudaEventCreate(&s->loop_stop);
-    if (e != cudaSuccess) {
-        s->loop_stop = NULL;
-        return cs_cuda_fail(ctx, e, "cudaEventCreate");
-    }
-    const int banded = jobs[0].active || jobs[1].active || jobs[2].active;
-    if (banded) {
-        CS_TRY(band_stream_create(ctx, s));
-    }
+    return CS_OK;
+}
 
-    char *arena = s->arena;
-    cs_dgrid g[2] = {geom_view(&gmain, arena + off_main[0]),
-                     geom_view(&gmain, arena + off_main[1])};
-    for (int a = 0; a < 3; a++) {
-        for (int i = 0; i < 2 && jobs[a].active; i++) {
-            jobs[a].buf[i] = geom_view(&gstrip[a], arena + off_strip[a][i]);
-        }
+/* The kernels' parameters as one block: host copy, then device views. */
+typedef struct param_plan {
+    size_t off_w, off_wc, off_wa, off_wb, off_lut, top;
+    size_t kbytes, cbytes, wbytes, lbytes;
+} param_plan;
+
+/*
+ * Gather the weights (and the fused kernel's, the weight matrices and
+ * the lookup table of the tensor-core path) into one host block, have
+ * the lane's parameter block hold it (no upload when it already does),
+ * and point the kernels' views at it.
+ */
+static cs_status
+upload_params(cs_cuda_ctx *ctx, apply_state *s, const cs_kernel *kernel,
+              int use_tc, int cc_fused, cs_dkernel *dk, cs_dkernel *dkc,
+              cs_tc2d_plan *tc)
+{
+    param_plan pp;
+    memset(&pp, 0, sizeof(pp));
+    pp.kbytes = (size_t)cs_kernel_count(kernel) * sizeof(double);
+    pp.cbytes =
+        cc_fused ? (size_t)cs_kernel_count(&s->composed) * sizeof(double) : 0;
+    pp.wbytes = use_tc ? s->w_count * sizeof(double) : 0;
+    pp.lbytes = use_tc ? (size_t)4 * s->layout.in_cols * sizeof(int) : 0;
+    int ok = arena_take(&pp.top, pp.kbytes, &pp.off_w)
+             && arena_take(&pp.top, pp.cbytes, &pp.off_wc)
+             && arena_take(&pp.top, pp.wbytes, &pp.off_wa)
+             && arena_take(&pp.top, pp.wbytes, &pp.off_wb)
+             && arena_take(&pp.top, pp.lbytes, &pp.off_lut);
+    s->params_host = ok ? (char *)calloc(1, pp.top) : NULL;
+    if (s->params_host == NULL) {
+        cs_cuda_message(ctx, "out of host memory (kernel parameters)");
+        return CS_ERR_NOMEM;
     }
-    cs_dkernel dk, dkc; /* the kernel; a fused CUDA-core pass's */
-    dk.weights = (const double *)(arena + off_w);
-    dk.host_weights = kernel->weights;
-    dkc.weights = (const double *)(arena + off_wc);
-    dkc.host_weights = s->composed.weights;
-    for (int a = 0; a < 3; a++) {
-        dk.size[a] = (int)kernel->size[a];
-        dkc.size[a] = (int)s->composed.size[a];
+    char *h = s->params_host;
+    memcpy(h + pp.off_w, kernel->weights, pp.kbytes);
+    if (cc_fused) {
+        memcpy(h + pp.off_wc, s->composed.weights, pp.cbytes);
     }
-    cs_tc3d_plan tc3 = s->planes; /* tc3d: the planes; tc3.tile: both */
-    cs_tc2d_plan *tc = &tc3.tile;
-    memset(tc, 0, sizeof(*tc));
+    if (use_tc && pp.wbytes > 0) {
+        memcpy(h + pp.off_wa, s->wa_host, pp.wbytes);
+        memcpy(h + pp.off_wb, s->wb_host, pp.wbytes);
+    }
+    if (use_tc) {
+        memcpy(h + pp.off_lut, s->layout.lut, pp.lbytes);
+    }
+    char *dev = NULL;
+    CS_TRY(cs_lane_params(ctx, s->lane, h, pp.top, &dev));
+
+    dk->weights = (const double *)(dev + pp.off_w);
+    dk->host_weights = kernel->weights;
+    dkc->weights = (const double *)(dev + pp.off_wc);
+    dkc->host_weights = s->composed.weights;
+    for (int a = 0; a < 3; a++) {
+        dk->size[a] = (int)kernel->size[a];
+        dkc->size[a] = (int)s->composed.size[a];
+    }
     if (use_tc) {
         tc->ky = (int)s->composed.size[1];
         tc->payload = s->layout.payload;
         tc->ld = s->layout.ld;
         tc->matrix_size = s->layout.matrix_size;
-        tc->lut = (const int *)(arena + off_lut);
-        tc->wa = (const double *)(arena + off_wa);
-        tc->wb = (const double *)(arena + off_wb);
-        /* tc2d's persistent blocks leave SMs to the band stream, whose
-           kernels would otherwise wait for the end of the pass */
-        tc->spare_sms = banded ? BAND_SPARE_SMS : 0;
+        tc->lut = (const int *)(dev + pp.off_lut);
+        tc->wa = (const double *)(dev + pp.off_wa);
+        tc->wb = (const double *)(dev + pp.off_wb);
     }
+    return CS_OK;
+}
 
-    /* ---- uploads: parameters, then the grid, contiguous, into the spare
-       buffer, repacked into the padded one on the device ---- */
-    CS_TRY(upload(ctx, arena + off_w, kernel->weights, kbytes,
-                  "cudaMemcpyAsync (upload weights)"));
-    if (cc_fused) {
-        CS_TRY(upload(ctx, arena + off_wc, s->composed.weights, cbytes,
-                      "cudaMemcpyAsync (upload fused weights)"));
-    }
-    if (use_tc) {
-        CS_TRY(upload(ctx, arena + off_wa, s->wa_host, wbytes,
-                      "cudaMemcpyAsync (upload weight matrix A)"));
-        CS_TRY(upload(ctx, arena + off_wb, s->wb_host, wbytes,
-                      "cudaMemcpyAsync (upload weight matrix B)"));
-        CS_TRY(upload(ctx, arena + off_lut, s->layout.lut, lbytes,
-                      "cudaMemcpyAsync (upload lookup table)"));
-    }
-    CS_TRY(upload(ctx, arena + off_main[1], in, count * sizeof(double),
-                  "cudaMemcpyAsync (upload grid)"));
-    CS_TRY(repack(ctx, fold, &g[0], shape, arena + off_main[1], 1));
+/* Where the grid comes from and goes to: host arrays, or device arrays. */
+typedef struct grid_io {
+    const double *host_in;
+    double *host_out;
+    const cs_darray *dev_in;
+    const cs_darray *dev_out;
+} grid_io;
 
-    /* ---- the step loop ---- */
-    CS_CUDA_CHECK(ctx, cudaEventRecord(s->loop_start, s->stream),
-                  "cudaEventRecord (step loop start)");
+/*
+ * A device array as the engine's boxes see it: the whole grid, or for a
+ * fold its full rows ({1, rows - 1, w}: a row is w elements on) and its
+ * last row (the tail) from element (rows - 1) * w on.
+ */
+static void
+fold_views(const cs_darray *a, const fold1d *f, cs_darray *rows,
+           cs_darray *tail)
+{
+    *rows = *a;
+    *tail = *a;
+    if (f->active) {
+        const ptrdiff_t sx = a->strides[2];
+        rows->strides[0] = 0;
+        rows->strides[1] = f->w * sx;
+        tail->strides[0] = 0;
+        tail->strides[1] = f->w * sx;
+        tail->data = (char *)a->data + (f->rows - 1) * f->w * sx;
+    }
+}
+
+/* The boxes of a fold (full rows, then the tail) or the whole grid. */
+static void
+io_boxes(const fold1d *f, const ptrdiff_t shape[3], ptrdiff_t box[3],
+         ptrdiff_t tail_at[3], ptrdiff_t tail[3])
+{
+    for (int a = 0; a < 3; a++) {
+        box[a] = shape[a];
+        tail_at[a] = 0;
+        tail[a] = 0;
+    }
+    if (f->active) {
+        box[1] = f->rows - 1;
+        tail_at[1] = f->rows - 1;
+        tail[0] = 1;
+        tail[1] = 1;
+        tail[2] = f->n - (f->rows - 1) * f->w;
+    }
+}
+
+/* The grid into g (its interior), from the caller's memory; `spare` is
+   the other main grid, free until the first pass. */
+static cs_status
+load_grid(cs_cuda_ctx *ctx, const apply_state *s, const grid_io *io,
+          const fold1d *fold, const arena_plan *ap, const cs_dgrid *g,
+          char *spare)
+{
+    if (io->dev_in != NULL) {
+        ptrdiff_t box[3], tail_at[3], tail[3];
+        const ptrdiff_t zero[3] = {0, 0, 0};
+        cs_darray rows, last;
+        io_boxes(fold, ap->shape, box, tail_at, tail);
+        fold_views(io->dev_in, fold, &rows, &last);
+        CS_TRY(cs_cuda_load_array(ctx, g, zero, &rows, box));
+        if (fold->active) {
+            CS_TRY(cs_cuda_load_array(ctx, g, tail_at, &last, tail));
+        }
+        return CS_OK;
+    }
+    /* host: contiguous into the spare grid's memory, then repacked */
+    const size_t count = (size_t)(fold->active ? fold->n
+                                               : ap->shape[0] * ap->shape[1]
+                                                     * ap->shape[2]);
+    CS_TRY(cs_cuda_upload_host(ctx, s->lane, spare,
+                               (const char *)io->host_in,
+                               count * sizeof(double)));
+    return repack(ctx, fold, g, ap->shape, spare, 1);
+}
+
+/* The result in g into the caller's memory (host: complete on return),
+   through `spare` (free: the loop is over). */
+static cs_status
+store_grid(cs_cuda_ctx *ctx, const apply_state *s, const grid_io *io,
+           const fold1d *fold, const arena_plan *ap, const cs_dgrid *g,
+           char *spare)
+{
+    if (io->dev_out != NULL) {
+        ptrdiff_t box[3], tail_at[3], tail[3];
+        const ptrdiff_t zero[3] = {0, 0, 0};
+        cs_darray rows, last;
+        io_boxes(fold, ap->shape, box, tail_at, tail);
+        fold_views(io->dev_out, fold, &rows, &last);
+        CS_TRY(cs_cuda_store_array(ctx, &rows, g, zero, box));
+        if (fold->active) {
+            CS_TRY(cs_cuda_store_array(ctx, &last, g, tail_at, tail));
+        }
+        return CS_OK;
+    }
+    const size_t count = (size_t)(fold->active ? fold->n
+                                               : ap->shape[0] * ap->shape[1]
+                                                     * ap->shape[2]);
+    CS_TRY(repack(ctx, fold, g, ap->shape, spare, 0));
+    /* the cores fault in a fresh result's pages while the device runs
+       the loop: the download then copies at the memory's pace */
+    cs_host_prefault(io->host_out, count * sizeof(double));
+    return cs_cuda_download_host(ctx, s->lane, (char *)io->host_out, spare,
+                                 count * sizeof(double));
+}
+
+/* What the step loop runs on. */
+typedef struct loop_args {
+    cs_dgrid g[2];
+    band_job *jobs;
+    int banded, cc_fused, use_tc;
+    cs_dkernel dk, dkc;
+    cs_tc3d_plan tc3;
+} loop_args;
+
+/* The fused passes, then the unfused steps; *cur: the result's grid. */
+static cs_status
+step_loop(cs_cuda_ctx *ctx, const apply_state *s, loop_args *L,
+          const cs_fusion_plan *plan, const fold1d *fold, cs_mode mode,
+          double cval, int *cur_out)
+{
     int cur = 0;
     int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
+    const cs_tc2d_plan *tc = &L->tc3.tile;
     for (long pass = 0; pass < plan->passes; pass++) {
-        CS_TRY(check_interrupt(ctx));
-        CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
-        if (banded) {
-            CS_TRY(bands_start(ctx, s, jobs, &g[cur], plan, &dk, mode, cval));
+        CS_TRY(check_interrupt(ctx, pass * plan->depth));
+        const cs_dgrid *src = &L->g[cur], *dst = &L->g[1 - cur];
+        CS_TRY(refresh_halo(ctx, src, fold, mode, cval, &filled[cur]));
+        if (L->banded) {
+            CS_TRY(bands_start(ctx, s, L->jobs, src, plan, &L->dk, mode,
+                               cval));
         }
-        if (cc_fused) {
-            CS_TRY(cs_cuda_core_step(ctx, &g[cur], &g[1 - cur], &dkc));
+        if (L->cc_fused) {
+            CS_TRY(cs_cuda_core_step(ctx, src, dst, &L->dkc));
         } else if (s->use_tc3d) {
-            CS_TRY(cs_cuda_tc3d_pass(ctx, &g[cur], &g[1 - cur], &tc3));
+            CS_TRY(cs_cuda_tc3d_pass(ctx, src, dst, &L->tc3));
         } else if (tc->payload > 7) {
-            CS_TRY(cs_cuda_tc1d_pass(ctx, &g[cur], &g[1 - cur], tc));
+            CS_TRY(cs_cuda_tc1d_pass(ctx, src, dst, tc));
         } else {
-            CS_TRY(cs_cuda_tc2d_pass(ctx, &g[cur], &g[1 - cur], tc));
+            CS_TRY(cs_cuda_tc2d_pass(ctx, src, dst, tc));
         }
-        if (cc_fused && plan->needs_band) {
-            CS_TRY(cs_cuda_fused_band(ctx, &g[cur], &g[1 - cur], &dk, mode,
-                                      cval));
+        if (L->cc_fused && plan->needs_band) {
+            CS_TRY(cs_cuda_fused_band(ctx, src, dst, &L->dk, mode, cval));
         }
         if (fold->active && plan->needs_band) {
-            CS_TRY(cs_cuda_fold1d_fix_ends(ctx, &g[cur], &g[1 - cur],
-                                           fold->n, &dk, plan->depth, mode,
-                                           cval));
+            CS_TRY(cs_cuda_fold1d_fix_ends(ctx, src, dst, fold->n, &L->dk,
+                                           plan->depth, mode, cval));
         }
-        if (banded) {
-            CS_TRY(bands_finish(ctx, s, jobs, &g[1 - cur], plan));
+        if (L->banded) {
+            CS_TRY(bands_finish(ctx, s, L->jobs, dst, plan));
         }
         cur = 1 - cur;
     }
     for (long t = 0; t < plan->remainder; t++) {
-        CS_TRY(check_interrupt(ctx));
-        CS_TRY(refresh_halo(ctx, &g[cur], fold, mode, cval, &filled[cur]));
-        CS_TRY(cs_cuda_core_step(ctx, &g[cur], &g[1 - cur], &dk));
+        CS_TRY(check_interrupt(ctx, plan->passes * plan->depth + t));
+        CS_TRY(refresh_halo(ctx, &L->g[cur], fold, mode, cval, &filled[cur]));
+        CS_TRY(cs_cuda_core_step(ctx, &L->g[cur], &L->g[1 - cur], &L->dk));
         cur = 1 - cur;
     }
-
-    CS_CUDA_CHECK(ctx, cudaEventRecord(s->loop_stop, s->stream),
-                  "cudaEventRecord (step loop end)");
-
-    /* ---- download through the spare buffer ---- */
-    char *staging = arena + off_main[1 - cur];
-    CS_TRY(repack(ctx, fold, &g[cur], shape, staging, 0));
-    e = cudaMemcpyAsync(out, staging, count * sizeof(double),
-                        cudaMemcpyDeviceToHost, s->stream);
-    if (e == cudaSuccess) {
-        e = cudaStreamSynchronize(s->stream);
-    }
-    if (e != cudaSuccess) {
-        /* an asynchronous kernel fault surfaces here too: run with
-           CONVSTENCIL_CUDA_SYNC=1 to name the kernel */
-        return cs_cuda_fail(ctx, e, "cudaMemcpyAsync (download grid)");
-    }
-    float ms = 0.0f;
-    CS_CUDA_CHECK(ctx, cudaEventElapsedTime(&ms, s->loop_start, s->loop_stop),
-                  "cudaEventElapsedTime (step loop)");
-    *loop_seconds = 1e-3 * (double)ms;
+    *cur_out = cur;
     return CS_OK;
 }
 
-cs_status
-cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
-              const cs_kernel *kernel, cs_mode mode, double cval,
-              long steps, cs_cuda_path path, cs_run_info *info,
-              const cs_interrupt *intr, char *err, size_t err_len)
+/*
+ * Take a block, upload the parameters, load the grid, run the step loop
+ * of `plan`, store the result.  The step loop's device time goes to
+ * *loop_seconds when `timed` (the call waits for the device anyway).
+ */
+static cs_status
+run_on_device(cs_cuda_ctx *ctx, apply_state *s, const grid_io *io,
+              const ptrdiff_t user_shape[3], const cs_kernel *kernel,
+              cs_mode mode, double cval, int use_tc,
+              const cs_fusion_plan *plan, const fold1d *fold, int timed,
+              double *loop_seconds)
 {
-    cs_cuda_ctx ctx;
-    ctx.intr = intr;
+    arena_plan ap;
+    CS_TRY(arena_plan_make(ctx, s, user_shape, kernel, use_tc, plan, fold,
+                           &ap));
+    CS_TRY(cs_block_take(ctx, ap.top, "two padded grids and scratch",
+                         &s->block));
+    char *arena = s->block->ptr;
+    if (ctx->poison_memory) {
+        CS_CUDA_CHECK(ctx, cudaMemsetAsync(arena, 0xff, ap.top, ctx->stream),
+                      "cudaMemsetAsync (poison device memory)");
+    }
+    loop_args L;
+    memset(&L, 0, sizeof(L));
+    L.jobs = ap.jobs;
+    L.cc_fused = ap.cc_fused;
+    L.use_tc = use_tc;
+    for (int i = 0; i < 2; i++) {
+        L.g[i] = geom_view(&ap.gmain, arena + ap.off_main[i]);
+    }
+    for (int a = 0; a < 3; a++) {
+        for (int i = 0; i < 2 && ap.jobs[a].active; i++) {
+            ap.jobs[a].buf[i] =
+                geom_view(&ap.gstrip[a], arena + ap.off_strip[a][i]);
+        }
+        L.banded = L.banded || ap.jobs[a].active;
+    }
+    L.tc3 = s->planes; /* tc3d: the planes; tc3.tile: both */
+    memset(&L.tc3.tile, 0, sizeof(L.tc3.tile));
+    /* tc2d's persistent blocks leave SMs to the band stream, whose
+       kernels would otherwise wait for the end of the pass */
+    L.tc3.tile.spare_sms = L.banded ? BAND_SPARE_SMS : 0;
+    CS_TRY(upload_params(ctx, s, kernel, use_tc, ap.cc_fused, &L.dk, &L.dkc,
+                         &L.tc3.tile));
+
+    CS_TRY(load_grid(ctx, s, io, fold, &ap, &L.g[0], arena + ap.off_main[1]));
+    if (timed) {
+        CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_start, ctx->stream),
+                      "cudaEventRecord (step loop start)");
+    }
+    int cur = 0;
+    CS_TRY(step_loop(ctx, s, &L, plan, fold, mode, cval, &cur));
+    if (timed) {
+        CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_stop, ctx->stream),
+                      "cudaEventRecord (step loop end)");
+    }
+    CS_TRY(store_grid(ctx, s, io, fold, &ap, &L.g[cur],
+                      arena + ap.off_main[1 - cur]));
+    if (timed) {
+        /* an asynchronous kernel fault surfaces here too: run with
+           CONVSTENCIL_CUDA_SYNC=1 to name the kernel */
+        CS_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream),
+                      "cudaStreamSynchronize (end of the run)");
+        float ms = 0.0f;
+        CS_CUDA_CHECK(ctx,
+                      cudaEventElapsedTime(&ms, s->lane->loop_start,
+                                           s->lane->loop_stop),
+                      "cudaEventElapsedTime (step loop)");
+        *loop_seconds = 1e-3 * (double)ms;
+    }
+    return CS_OK;
+}
+
+/* The context of one call: environment switches, message buffer. */
+static void
+ctx_init(cs_cuda_ctx *ctx, const cs_interrupt *intr, char *err,
+         size_t err_len)
+{
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->intr = intr;
     const char *sync_env = getenv("CONVSTENCIL_CUDA_SYNC");
-    ctx.stream = NULL;
-    ctx.sync_each_launch = sync_env != NULL && strcmp(sync_env, "0") != 0;
+    ctx->sync_each_launch = sync_env != NULL && strcmp(sync_env, "0") != 0;
     const char *poison_env = getenv("CONVSTENCIL_CUDA_POISON");
-    ctx.poison_memory = poison_env != NULL && strcmp(poison_env, "0") != 0;
-    ctx.err = err;
-    ctx.err_len = err_len;
-    ctx.sms = 0; /* choose_path reads the device's facts */
-    ctx.smem_optin = 0;
+    ctx->poison_memory = poison_env != NULL && strcmp(poison_env, "0") != 0;
+    ctx->err = err;
+    ctx->err_len = err_len;
     if (err != NULL && err_len > 0) {
         err[0] = '\0';
     }
+}
+
+static void
+info_init(cs_run_info *info, long steps)
+{
     if (info != NULL) {
         info->backend = "cuda";
         info->path = "cuda-core";
@@ -1057,58 +1127,274 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
         info->threads = 0;
         info->device_seconds = -1.0;
     }
+}
 
-    cs_status st = check_args(&ctx, in, out, shape, kernel, mode, steps, path);
-    int use_tc = 0;
-    fold1d fold;
-    memset(&fold, 0, sizeof(fold));
-    if (st == CS_OK) {
-        fold = fold1d_plan(shape, kernel);
-        st = choose_path(&ctx, kernel, &fold, path, &use_tc);
+/*
+ * Everything but the grid's memory: which path, the fusion plan and what
+ * it needs on the host (composed kernel, layout, tc3d planes).
+ */
+static cs_status
+plan_call(cs_cuda_ctx *ctx, apply_state *s, const ptrdiff_t shape[3],
+          const cs_kernel *kernel, cs_mode mode, long steps,
+          cs_cuda_path path, fold1d *fold, int *use_tc,
+          cs_fusion_plan *plan, cs_run_info *info)
+{
+    *fold = fold1d_plan(shape, kernel);
+    CS_TRY(choose_path(ctx, kernel, fold, path, use_tc));
+    if (steps == 0) {
+        *use_tc = 0; /* the grid is only copied */
     }
-    if (st != CS_OK) {
-        return st;
+    memset(plan, 0, sizeof(*plan));
+    plan->depth = 1; /* the CUDA-core path: every step unfused */
+    plan->remainder = steps;
+    if (steps > 0) {
+        CS_TRY(*use_tc ? plan_tensor_core(ctx, s, kernel, steps, mode, shape,
+                                          fold, plan)
+                       : plan_cuda_core(ctx, s, kernel, steps, mode, shape,
+                                        fold, plan));
     }
-    if (info != NULL && use_tc) {
-        info->path = "tensor-core";
+    if (info != NULL) {
+        info->path = *use_tc ? "tensor-core" : "cuda-core";
+        info->fused_depth = plan->depth;
+        info->fused_passes = plan->passes;
+        info->unfused_steps = plan->remainder;
     }
-    const ptrdiff_t count = shape[0] * shape[1] * shape[2];
-    if (count == 0 || steps == 0) {
-        if (count > 0 && out != in) {
-            memmove(out, in, (size_t)count * sizeof(double));
-        }
-        if (info != NULL) {
-            info->unfused_steps = 0;
-        }
-        return CS_OK;
-    }
+    return CS_OK;
+}
 
+/*
+ * Take a lane and set up the call's stream: the lane's own (the call then
+ * waits for the result, and times the step loop: *timed), or the
+ * caller's `streams->run`; the stream waits for the lane's last user and
+ * for the producers' streams.
+ */
+static cs_status
+begin_call(cs_cuda_ctx *ctx, apply_state *s, const cs_cuda_streams *streams,
+           int *timed)
+{
+    CS_TRY(cs_lane_take(ctx, &s->lane));
+    *timed = streams == NULL || streams->run == 0;
+    ctx->stream = *timed ? s->lane->stream : (cudaStream_t)streams->run;
+    CS_TRY(cs_lane_wait_done(ctx, s->lane, ctx->stream));
+    for (int i = 0; i < 2 && streams != NULL; i++) {
+        const uintptr_t w = streams->wait[i];
+        if (w != 0 && w != (uintptr_t)ctx->stream) {
+            /* the producer's work so far, before ours */
+            CS_CUDA_CHECK(ctx,
+                          cudaEventRecord(s->lane->producer, (cudaStream_t)w),
+                          "cudaEventRecord (the array's stream)");
+            CS_CUDA_CHECK(ctx,
+                          cudaStreamWaitEvent(ctx->stream, s->lane->producer,
+                                              0),
+                          "cudaStreamWaitEvent (the array's stream)");
+        }
+    }
+    return CS_OK;
+}
+
+/* Plan, take a lane, run with `io`, give everything back. */
+static cs_status
+apply_with_io(cs_cuda_ctx *ctx, const grid_io *io, const ptrdiff_t shape[3],
+              const cs_kernel *kernel, cs_mode mode, double cval,
+              long steps, cs_cuda_path path, const cs_cuda_streams *streams,
+              cs_run_info *info)
+{
     apply_state s;
     memset(&s, 0, sizeof(s));
+    fold1d fold;
     cs_fusion_plan plan;
-    memset(&plan, 0, sizeof(plan));
-    plan.depth = 1; /* the CUDA-core path: every step unfused */
-    plan.remainder = steps;
-    if (use_tc) {
-        st = plan_tensor_core(&ctx, &s, kernel, steps, mode, shape, &fold,
-                              &plan);
-    } else {
-        st = plan_cuda_core(&ctx, &s, kernel, steps, mode, shape, &fold,
-                            &plan);
+    int use_tc = 0, timed = 1;
+    cs_status st = plan_call(ctx, &s, shape, kernel, mode, steps, path, &fold,
+                             &use_tc, &plan, info);
+    if (st == CS_OK) {
+        st = begin_call(ctx, &s, streams, &timed);
+    }
+    double loop_seconds = -1.0;
+    if (st == CS_OK) {
+        st = run_on_device(ctx, &s, io, shape, kernel, mode, cval, use_tc,
+                           &plan, &fold, timed, &loop_seconds);
+    }
+    if (info != NULL && st == CS_OK) {
+        info->device_seconds = loop_seconds;
+    }
+    release_state(ctx, &s);
+    return st;
+}
+
+/* One step with direct.cu's kernel: taps uploaded (unless the lane holds
+   them), one launch. */
+static cs_status
+apply_direct(cs_cuda_ctx *ctx, const cs_darray *in, const cs_darray *out,
+             const ptrdiff_t shape[3], const cs_kernel *kernel, cs_mode mode,
+             double cval, const cs_cuda_streams *streams, cs_run_info *info)
+{
+    apply_state s;
+    memset(&s, 0, sizeof(s));
+    int timed = 1;
+    cs_status st = begin_call(ctx, &s, streams, &timed);
+    const size_t bytes = cs_direct_taps_bytes(kernel);
+    if (st == CS_OK) {
+        s.params_host = (char *)calloc(1, bytes);
+        if (s.params_host == NULL) {
+            cs_cuda_message(ctx, "out of host memory (taps)");
+            st = CS_ERR_NOMEM;
+        }
+    }
+    char *taps = NULL;
+    int ntaps = 0;
+    if (st == CS_OK) {
+        ntaps = cs_direct_taps(kernel, s.params_host);
+        st = cs_lane_params(ctx, s.lane, s.params_host, bytes, &taps);
+    }
+    if (st == CS_OK && timed) {
+        st = cudaEventRecord(s.lane->loop_start, ctx->stream) == cudaSuccess
+                 ? CS_OK
+                 : cs_cuda_fail(ctx, cudaGetLastError(), "cudaEventRecord");
     }
     if (st == CS_OK) {
-        if (info != NULL) {
-            info->fused_depth = plan.depth;
-            info->fused_passes = plan.passes;
-            info->unfused_steps = plan.remainder;
+        st = cs_cuda_direct_step(ctx, in, out, shape, kernel, taps, ntaps,
+                                 mode, cval);
+    }
+    if (st == CS_OK && timed) {
+        cudaError_t e = cudaEventRecord(s.lane->loop_stop, ctx->stream);
+        if (e == cudaSuccess) {
+            e = cudaStreamSynchronize(ctx->stream);
         }
-        double loop_seconds = -1.0;
-        st = run_on_device(&ctx, &s, in, out, shape, kernel, mode, cval,
-                           use_tc, &plan, &fold, &loop_seconds);
-        if (info != NULL && st == CS_OK) {
-            info->device_seconds = loop_seconds;
+        float ms = 0.0f;
+        if (e == cudaSuccess) {
+            e = cudaEventElapsedTime(&ms, s.lane->loop_start,
+                                     s.lane->loop_stop);
+        }
+        st = e == cudaSuccess ? CS_OK
+                              : cs_cuda_fail(ctx, e, "direct step (end)");
+        if (st == CS_OK && info != NULL) {
+            info->device_seconds = 1e-3 * (double)ms;
         }
     }
-    release_state(&s);
+    release_state(ctx, &s);
     return st;
+}
+
+/* Do the bytes the two arrays may touch overlap? */
+static int
+arrays_overlap(const cs_darray *a, const cs_darray *b,
+               const ptrdiff_t shape[3])
+{
+    const cs_darray *arr[2] = {a, b};
+    uintptr_t lo[2], hi[2];
+    for (int i = 0; i < 2; i++) {
+        lo[i] = hi[i] = (uintptr_t)arr[i]->data;
+        for (int k = 0; k < 3; k++) {
+            const ptrdiff_t reach = (shape[k] - 1) * arr[i]->strides[k];
+            if (reach < 0) {
+                lo[i] -= (uintptr_t)(-reach);
+            } else {
+                hi[i] += (uintptr_t)reach;
+            }
+        }
+        hi[i] += cs_dtype_size(arr[i]->dtype);
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
+}
+
+cs_status
+cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
+              const cs_kernel *kernel, cs_mode mode, double cval,
+              long steps, cs_cuda_path path, cs_run_info *info,
+              const cs_interrupt *intr, char *err, size_t err_len)
+{
+    cs_cuda_ctx ctx;
+    ctx_init(&ctx, intr, err, err_len);
+    info_init(info, steps);
+    CS_TRY(check_args(&ctx, in, out, shape, kernel, mode, steps, path));
+    const ptrdiff_t count = shape[0] * shape[1] * shape[2];
+    if (count == 0 || steps == 0) {
+        /* still says whether the path could run (no device, ...) */
+        apply_state s;
+        memset(&s, 0, sizeof(s));
+        fold1d fold;
+        cs_fusion_plan plan;
+        int use_tc = 0;
+        cs_status st = plan_call(&ctx, &s, shape, kernel, mode, 0, path,
+                                 &fold, &use_tc, &plan, info);
+        release_state(&ctx, &s);
+        if (st == CS_OK && count > 0 && out != in) {
+            memmove(out, in, (size_t)count * sizeof(double));
+        }
+        return st;
+    }
+    grid_io io = {in, out, NULL, NULL};
+    return apply_with_io(&ctx, &io, shape, kernel, mode, cval, steps, path,
+                         NULL, info);
+}
+
+/* Is [data, data + its extent) in memory of the current device? */
+static cs_status
+check_device_pointer(cs_cuda_ctx *ctx, const void *data, const char *what)
+{
+    cudaPointerAttributes attr;
+    memset(&attr, 0, sizeof(attr));
+    cudaError_t e = cudaPointerGetAttributes(&attr, data);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        cs_cuda_message(ctx, "%s is not memory CUDA knows (%s)", what,
+                        cudaGetErrorString(e));
+        return CS_ERR_INVALID;
+    }
+    if (attr.type != cudaMemoryTypeDevice
+        && attr.type != cudaMemoryTypeManaged) {
+        cs_cuda_message(ctx, "%s is not in device memory (CUDA memory type "
+                             "%d)",
+                        what, (int)attr.type);
+        return CS_ERR_INVALID;
+    }
+    if (attr.device != ctx->device) {
+        cs_cuda_message(ctx,
+                        "%s is on CUDA device %d, but the current device is "
+                        "%d: make device %d current (e.g. with "
+                        "cupy.cuda.Device(%d) or torch.cuda.device(%d)) or "
+                        "move the array",
+                        what, attr.device, ctx->device, attr.device,
+                        attr.device, attr.device);
+        return CS_ERR_INVALID;
+    }
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_apply_device(const cs_darray *in, const cs_darray *out,
+                     const ptrdiff_t shape[3], const cs_kernel *kernel,
+                     cs_mode mode, double cval, long steps,
+                     cs_cuda_path path, const cs_cuda_streams *streams,
+                     cs_run_info *info, const cs_interrupt *intr, char *err,
+                     size_t err_len)
+{
+    cs_cuda_ctx ctx;
+    ctx_init(&ctx, intr, err, err_len);
+    info_init(info, steps);
+    if (in == NULL || out == NULL || in->data == NULL || out->data == NULL
+        || cs_dtype_size(in->dtype) == 0 || out->dtype != CS_DTYPE_FLOAT64) {
+        cs_cuda_message(&ctx, "cs_cuda_apply_device: NULL array or "
+                              "unknown dtype (out must be float64)");
+        return CS_ERR_INVALID;
+    }
+    CS_TRY(check_args(&ctx, (const double *)in->data,
+                      (const double *)out->data, shape, kernel, mode, steps,
+                      path));
+    CS_TRY(cs_cuda_device_facts(&ctx));
+    CS_TRY(check_device_pointer(&ctx, in->data, "the grid"));
+    CS_TRY(check_device_pointer(&ctx, out->data, "out"));
+    if (steps == 1 && path != CS_CUDA_PATH_TENSOR_CORE
+        && !arrays_overlap(in, out, shape)) {
+        /* one step: read and write the arrays where they are */
+        if (info != NULL) {
+            info->path = "direct";
+            info->unfused_steps = 1;
+        }
+        return apply_direct(&ctx, in, out, shape, kernel, mode, cval,
+                            streams, info);
+    }
+    grid_io io = {NULL, NULL, in, out};
+    return apply_with_io(&ctx, &io, shape, kernel, mode, cval, steps, path,
+                         streams, info);
 }

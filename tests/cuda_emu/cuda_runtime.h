@@ -109,6 +109,22 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start,
                                  cudaEvent_t stop);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+#define cudaHostAllocDefault 0
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+enum cudaMemoryType {
+    cudaMemoryTypeUnregistered = 0,
+    cudaMemoryTypeHost = 1,
+    cudaMemoryTypeDevice = 2,
+    cudaMemoryTypeManaged = 3,
+};
+struct cudaPointerAttributes {
+    cudaMemoryType type;
+    int device;
+    void *devicePointer, *hostPointer;
+};
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
 
 // ---- kernel-side emulation hooks ------------------------------------
 void __syncthreads(void);

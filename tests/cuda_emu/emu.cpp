@@ -282,6 +282,36 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
     memset(p, value, bytes);
     return cudaSuccess;
 }
+// Pinned host memory is plain host memory here, counted apart.
+static int host_allocs_alive = 0;
+int cs_emu_host_allocs_alive(void) { return host_allocs_alive; }
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) {
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return last_error = cudaErrorMemoryAllocation;
+    host_allocs_alive++;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    if (p) { free(p); host_allocs_alive--; }
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+// Device memory: any address inside a cudaMalloc'd allocation.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+    std::lock_guard<std::mutex> l(alloc_mutex);
+    a->type = cudaMemoryTypeUnregistered;
+    a->device = -2;
+    a->devicePointer = a->hostPointer = nullptr;
+    for (auto &kv : allocations) {
+        const char *b = (const char *)kv.first;
+        if ((const char *)p >= b && (const char *)p < b + kv.second) {
+            a->type = cudaMemoryTypeDevice;
+            a->device = 0;
+            a->devicePointer = (void *)p;
+        }
+    }
+    return cudaSuccess;
+}
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     *total_bytes = (size_t)80 << 30;
     *free_bytes = *total_bytes - allocated;

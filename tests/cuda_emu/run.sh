@@ -42,7 +42,7 @@ for f in "$out"/cuda/*.cu; do
 done
 "${cxx[@]}" -c "$here/emu.cpp" -o "$out/emu.o"
 "${cxx[@]}" -c "$here/test_engine.cpp" -o "$out/test_engine.o"
-for f in stencil layout; do
+for f in stencil layout host_copy; do
     gcc -std=c99 -O2 -g -I"$out" "${flags[@]}" -c "$src/$f.c" -o "$out/$f.o"
 done
 "${cxx[@]}" "$out"/*.o -o "$out/test_engine" -lpthread

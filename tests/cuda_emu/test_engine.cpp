@@ -21,6 +21,19 @@
 size_t cs_emu_allocated(void);
 int cs_emu_streams_alive(void);
 int cs_emu_events_alive(void);
+int cs_emu_host_allocs_alive(void);
+
+// Nothing left behind once the engine's cache is cleared: device memory,
+// streams, events, pinned memory, and no lane still taken.
+static bool leaked(void) {
+    cs_cuda_clear_cache();
+    size_t dev = 0, pinned = 0;
+    int blocks = 0, lanes = 0;
+    cs_cuda_cache_info(&dev, &blocks, &pinned, &lanes);
+    return cs_emu_allocated() != 0 || cs_emu_streams_alive() != 0
+           || cs_emu_events_alive() != 0 || cs_emu_host_allocs_alive() != 0
+           || dev != 0 || blocks != 0 || pinned != 0 || lanes != 0;
+}
 
 static uint64_t rng = 88172645463325252ull;
 static double urand() {
@@ -195,10 +208,10 @@ static void run_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny, ptrdiff_t nx,
         printf("  input modified\n");
         ok = false;
     }
-    if (cs_emu_allocated() != 0 || cs_emu_streams_alive() != 0
-        || cs_emu_events_alive() != 0) {
-        printf("  LEAK: %zu bytes, %d streams, %d events\n", cs_emu_allocated(),
-               cs_emu_streams_alive(), cs_emu_events_alive());
+    if (leaked()) {
+        printf("  LEAK: %zu bytes, %d streams, %d events, %d pinned\n",
+               cs_emu_allocated(), cs_emu_streams_alive(),
+               cs_emu_events_alive(), cs_emu_host_allocs_alive());
         ok = false;
     }
     printf("%s %-10s %3tdx%3tdx%4td %-8s steps=%-2ld path=%d -> %-11s depth=%d passes=%ld rem=%ld rel=%.2e %.1fs %s%s\n",
@@ -233,12 +246,15 @@ static void expect_cc2d_shape(const Kern &K, int want) {
     got == want ? passes++ : failures++;
 }
 
-// A stop request that comes at the poll number `at` (1 = the first).
+// A stop request that comes at the poll number `at` (1 = the first);
+// `last` is the step count the last poll reported.
 struct StopAt {
     int at, polls;
+    long last;
 };
-static int stop_at(void *arg) {
+static int stop_at(void *arg, long steps_done) {
     StopAt *s = static_cast<StopAt *>(arg);
+    s->last = steps_done;
     return ++s->polls >= s->at;
 }
 
@@ -259,8 +275,7 @@ static void expect_status(const char *what, const Kern &K, ptrdiff_t nz,
                                  0.0, steps, path, &info, intr, err, sizeof err);
     bool untouched = true;
     for (double v : out) untouched = untouched && v == -7.0;
-    bool ok = st == want && cs_emu_allocated() == 0 && cs_emu_streams_alive() == 0
-              && cs_emu_events_alive() == 0
+    bool ok = st == want && !leaked()
               && (want != CS_ERR_INTERRUPTED || untouched);
     printf("%s %-40s status=%d (%s) msg=\"%s\"\n", ok ? "ok  " : "FAIL", what,
            (int)st, cs_status_string(st), err);
@@ -357,6 +372,135 @@ static void tc3d_cases(bool quick) {
         run_case(p5, 9, 8, 20, (cs_mode)m, 0.0, 2, TC);
     }
     unsetenv("CONVSTENCIL_CUDA_MAX_DEPTH");
+}
+
+// A device array's element type, written from double.
+template <class T> static void put(void *p, double v) { T t = (T)v; memcpy(p, &t, sizeof t); }
+static void put_f16(void *p, double v) {  // v: a small integer, exact in half
+    uint16_t h = 0;
+    if (v != 0) {
+        int e = 0;
+        double m = frexp(std::fabs(v), &e);  // v = m * 2^e, m in [0.5, 1)
+        h = (uint16_t)(((e - 1 + 15) << 10) | ((int)((m * 2 - 1) * 1024) & 1023));
+        if (v < 0) h |= 0x8000;
+    }
+    memcpy(p, &h, 2);
+}
+
+// cs_cuda_apply_device on arrays in (emulated) device memory: element
+// types, C and F order, a negative stride, out the grid itself, folded
+// 1D grids; against the reference on the same values as float64.
+static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
+                              ptrdiff_t nx, cs_dtype dtype, size_t size,
+                              void (*write)(void *, double), bool fortran,
+                              bool flip_x, bool in_place, cs_mode mode,
+                              long steps, cs_cuda_path path) {
+    const ptrdiff_t n[3] = {nz, ny, nx};
+    const size_t count = nz * ny * nx;
+    cs_kernel k{};
+    if (cs_kernel_init(&k, 3, K.size, K.w.data()) != CS_OK) abort();
+    k.ndim = K.ndim;
+    std::vector<double> vals(count), ref, tmp(count);
+    for (double &v : vals) v = dtype == CS_DTYPE_FLOAT64 ? urand() - 0.3
+                                : dtype == CS_DTYPE_BOOL ? (urand() < 0.5)
+                                                         : (double)(int)(urand() * 20 - 5);
+    if (dtype >= CS_DTYPE_UINT8 && dtype <= CS_DTYPE_UINT64)
+        for (double &v : vals) v = std::fabs(v);
+    ref = vals;
+    for (long s = 0; s < steps; s++) { ref_step(ref, tmp, n, k, mode, 0.5); ref.swap(tmp); }
+    // strides of the layout, in elements, then bytes
+    ptrdiff_t st[3] = {ny * nx, nx, 1};
+    if (fortran) { st[2] = nz * ny; st[1] = nz; st[0] = 1; }
+    void *din = nullptr, *dout = nullptr;
+    cudaMalloc(&din, count * size);
+    cudaMalloc(&dout, count * 8);
+    cs_darray a{din, dtype, {st[0] * (ptrdiff_t)size, st[1] * (ptrdiff_t)size,
+                             st[2] * (ptrdiff_t)size}};
+    if (flip_x) {  // element (z, y, 0) at the far end of each row
+        a.data = (char *)din + (nx - 1) * a.strides[2];
+        a.strides[2] = -a.strides[2];
+    }
+    for (ptrdiff_t z = 0; z < nz; z++)
+        for (ptrdiff_t y = 0; y < ny; y++)
+            for (ptrdiff_t x = 0; x < nx; x++)
+                write((char *)a.data + z * a.strides[0] + y * a.strides[1] + x * a.strides[2],
+                      vals[(z * ny + y) * nx + x]);
+    cs_darray o{dout, CS_DTYPE_FLOAT64, {ny * nx * 8, nx * 8, 8}};
+    if (in_place) o = a;
+    cs_cuda_streams streams{{0, 0}, 0};
+    cs_run_info info{};
+    char err[512] = "";
+    cs_status stt = cs_cuda_apply_device(&a, &o, n, &k, mode, 0.5, steps, path,
+                                         &streams, &info, nullptr, err, sizeof err);
+    double num = 0, den = 0;
+    for (ptrdiff_t z = 0; z < nz; z++)
+        for (ptrdiff_t y = 0; y < ny; y++)
+            for (ptrdiff_t x = 0; x < nx; x++) {
+                double v;
+                memcpy(&v, (char *)o.data + z * o.strides[0] + y * o.strides[1] + x * o.strides[2], 8);
+                double d = v - ref[(z * ny + y) * nx + x];
+                num += d * d;
+                den += ref[(z * ny + y) * nx + x] * ref[(z * ny + y) * nx + x];
+            }
+    double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    cudaFree(din);
+    cudaFree(dout);
+    bool ok = stt == CS_OK && rel <= 1e-12 && std::isfinite(rel) && !leaked();
+    printf("%s device %-9s %tdx%tdx%td dtype=%d %s%s%s steps=%ld -> %s rel=%.2e %s\n",
+           ok ? "ok  " : "FAIL", K.name.c_str(), nz, ny, nx, (int)dtype,
+           fortran ? "F" : "C", flip_x ? " flipped" : "", in_place ? " in-place" : "",
+           steps, info.path ? info.path : "?", rel, stt != CS_OK ? err : "");
+    ok ? passes++ : failures++;
+    cs_kernel_free(&k);
+}
+
+static void device_array_cases(bool quick) {
+    const cs_cuda_path AUTO = CS_CUDA_PATH_AUTO, TC = CS_CUDA_PATH_TENSOR_CORE;
+    Kern heat2d = make_kernel("heat2d", 2, 1, 3, 3, true);
+    Kern heat1d = make_kernel("heat1d", 1, 1, 1, 3);
+    Kern heat3d = make_kernel("heat3d", 3, 3, 3, 3, true);
+    const cs_mode C = CS_MODE_CONSTANT, W = CS_MODE_WRAP, R = CS_MODE_REFLECT;
+    device_array_case(heat2d, 1, 37, 45, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, C, 4, AUTO);
+    device_array_case(heat2d, 1, 37, 45, CS_DTYPE_FLOAT64, 8, put<double>, true, false, false, R, 4, TC);
+    device_array_case(heat2d, 1, 37, 45, CS_DTYPE_FLOAT64, 8, put<double>, false, true, true, W, 3, AUTO);
+    device_array_case(heat2d, 1, 20, 33, CS_DTYPE_FLOAT32, 4, put<float>, false, false, false, C, 2, AUTO);
+    device_array_case(heat2d, 1, 20, 33, CS_DTYPE_FLOAT16, 2, put_f16, true, false, false, C, 2, AUTO);
+    device_array_case(heat2d, 1, 20, 33, CS_DTYPE_INT32, 4, put<int32_t>, false, true, false, R, 1, AUTO);
+    device_array_case(heat2d, 1, 20, 33, CS_DTYPE_UINT8, 1, put<uint8_t>, false, false, false, W, 0, AUTO);
+    device_array_case(heat2d, 1, 20, 33, CS_DTYPE_BOOL, 1, put<uint8_t>, false, false, false, C, 1, AUTO);
+    device_array_case(heat2d, 1, 20, 33, CS_DTYPE_INT64, 8, put<int64_t>, false, false, false, C, 3, AUTO);
+    // folded 1D grids: several rows and a tail, a flipped stride, in place
+    device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, true, false, R, 5, AUTO);
+    device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, C, 4, AUTO);
+    device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT32, 4, put<float>, false, false, false, C, 4, AUTO);
+    // one step: the direct kernel, every mode, a negative stride, 3D
+    for (int m = 0; m < CS_MODE_COUNT; m++)
+        device_array_case(heat2d, 1, 23, 31, CS_DTYPE_FLOAT32, 4, put<float>, false, true,
+                          false, (cs_mode)m, 1, AUTO);
+    device_array_case(heat3d, 5, 6, 7, CS_DTYPE_FLOAT64, 8, put<double>, true, false, false, R, 1, AUTO);
+    device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_INT32, 4, put<int32_t>, false, false, false, W, 1, AUTO);
+    // one step in place: the padded path
+    device_array_case(heat2d, 1, 23, 31, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, C, 1, AUTO);
+    if (!quick) {
+        device_array_case(heat3d, 9, 10, 11, CS_DTYPE_FLOAT64, 8, put<double>, true, true, false, C, 3, AUTO);
+    }
+    device_array_case(heat3d, 7, 6, 9, CS_DTYPE_INT16, 2, put<int16_t>, false, false, false, W, 2, AUTO);
+    // a host pointer is refused, naming the problem
+    {
+        std::vector<double> host(20 * 33, 1.0), hout(20 * 33);
+        cs_darray a{host.data(), CS_DTYPE_FLOAT64, {0, 33 * 8, 8}};
+        cs_darray o{hout.data(), CS_DTYPE_FLOAT64, {0, 33 * 8, 8}};
+        const ptrdiff_t n[3] = {1, 20, 33};
+        cs_kernel k{};
+        cs_kernel_init(&k, 3, heat2d.size, heat2d.w.data());
+        char err[512] = "";
+        cs_status st = cs_cuda_apply_device(&a, &o, n, &k, C, 0.0, 1, AUTO, nullptr,
+                                            nullptr, nullptr, err, sizeof err);
+        bool ok = st == CS_ERR_INVALID && strstr(err, "not in device memory") && !leaked();
+        printf("%s device: host pointer refused: \"%s\"\n", ok ? "ok  " : "FAIL", err);
+        ok ? passes++ : failures++;
+        cs_kernel_free(&k);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -529,7 +673,8 @@ int main(int argc, char **argv) {
     // ---- errors: no leak, the right status
     // a stop request before the first pass, and one in the middle of the
     // fused passes (heat2d: 3 steps per pass) and of the single steps
-    StopAt first{1, 0}, middle{3, 0}, remainder{3, 0}, never{1000, 0};
+    StopAt first{1, 0, 0}, middle{3, 0, 0}, remainder{3, 0, 0},
+        never{1000, 0, 0};
     cs_interrupt i_first{stop_at, &first}, i_middle{stop_at, &middle},
         i_remainder{stop_at, &remainder}, i_never{stop_at, &never};
     expect_status("interrupted before the first pass", heat2d, 1, 40, 40, TC,
@@ -569,10 +714,14 @@ int main(int argc, char **argv) {
     run_case(heat2d, 1, 20, 30, CS_MODE_REFLECT, 0.0, 3, AUTO, false, "cuda-core", 1);
     unsetenv("EMU_CC_MAJOR");
 
-    if (never.polls != 8) {  // 6 fused passes and 2 single steps: 20 = 6*3 + 2
-        printf("FAIL polls: %d, expected 8\n", never.polls);
+    if (never.polls != 8 || never.last != 19) {
+        // 6 fused passes and 2 single steps: 20 = 6*3 + 2; the last poll
+        // comes before the last step
+        printf("FAIL polls: %d (last at step %ld), expected 8 (19)\n",
+               never.polls, never.last);
         failures++;
     }
+    device_array_cases(quick);
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
 }

@@ -1,0 +1,93 @@
+/*
+ * host_copy.c -- cs_host_copy and cs_host_prefault: large host memory
+ * moves split into one contiguous share per OpenMP thread.
+ */
+#include "host_copy.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Below this a single thread's memcpy is faster than waking the team. */
+#define PARALLEL_MIN_BYTES ((size_t)1 << 20)
+/* Each thread's share: at least this much, so that shares stay long. */
+#define SHARE_MIN_BYTES ((size_t)256 << 10)
+
+static int
+team_size(size_t bytes)
+{
+#ifdef _OPENMP
+    size_t want = bytes / SHARE_MIN_BYTES;
+    int max = omp_get_max_threads();
+    return want < (size_t)max ? (want < 1 ? 1 : (int)want) : max;
+#else
+    (void)bytes;
+    return 1;
+#endif
+}
+
+/* [begin, end) of share `id` of `count` over `bytes`, cut at 64 bytes. */
+static void
+share_of(size_t bytes, int id, int count, size_t *begin, size_t *end)
+{
+    size_t per = (bytes / (size_t)count + 63) / 64 * 64;
+    *begin = per * (size_t)id < bytes ? per * (size_t)id : bytes;
+    *end = *begin + per < bytes ? *begin + per : bytes;
+}
+
+void
+cs_host_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes < PARALLEL_MIN_BYTES) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    const int count = team_size(bytes);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(count)
+#endif
+    {
+#ifdef _OPENMP
+        const int id = omp_get_thread_num();
+        const int team = omp_get_num_threads();
+#else
+        const int id = 0;
+        const int team = 1;
+#endif
+        size_t b, e;
+        share_of(bytes, id, team, &b, &e);
+        if (e > b) {
+            memcpy((char *)dst + b, (const char *)src + b, e - b);
+        }
+    }
+}
+
+void
+cs_host_prefault(void *p, size_t bytes)
+{
+    if (bytes == 0) {
+        return;
+    }
+    long page_size = sysconf(_SC_PAGESIZE);
+    const size_t page = page_size > 0 ? (size_t)page_size : 4096;
+    const uintptr_t first = (uintptr_t)p / page * page;
+    const uintptr_t last = ((uintptr_t)p + bytes - 1) / page * page;
+    const size_t pages = (size_t)((last - first) / page) + 1;
+    const int count = team_size(bytes);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(count) schedule(static)
+#endif
+    for (size_t i = 0; i < pages; i++) {
+        /* a page's first byte inside [p, p + bytes) */
+        uintptr_t at = first + i * page;
+        if (at < (uintptr_t)p) {
+            at = (uintptr_t)p;
+        }
+        volatile char *c = (volatile char *)at;
+        *c = *c;
+    }
+}
