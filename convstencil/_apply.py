@@ -96,12 +96,17 @@ def _resolve_mode(mode):
     return key
 
 
+_BACKEND_NAMES = ("auto",) + tuple(_backends.BACKEND_CODES)
+
+
 def _backend_name(backend):
+    if backend in _BACKEND_NAMES:
+        return backend
     if not isinstance(backend, str):
         raise TypeError("backend must be a str, got %s"
                         % type(backend).__name__)
     key = backend.lower()
-    accepted = ("auto",) + tuple(_backends.BACKEND_CODES)
+    accepted = _BACKEND_NAMES
     if key not in accepted:
         raise ValueError("unknown backend %r; accepted: %s"
                          % (backend, ", ".join(accepted)))
@@ -139,8 +144,8 @@ def _check_ndim(shape, w):
 
 
 def _record(info, steps, mode, **extra):
+    """Make `info` (a fresh dict, the caller's no longer) the record."""
     global _last_run_info
-    info = dict(info)
     info["steps"] = steps
     info["mode"] = mode
     info.update(extra)

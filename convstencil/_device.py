@@ -117,7 +117,9 @@ def is_device_array(obj):
     """Whether `obj` offers a CUDA device array (protocols only)."""
     if isinstance(obj, np.ndarray):
         return False
-    if _has(obj, "__cuda_array_interface__"):
+    # on the type first: a property there is not evaluated
+    if hasattr(type(obj), "__cuda_array_interface__") or _has(
+            obj, "__cuda_array_interface__"):
         return True
     dev = getattr(obj, "__dlpack_device__", None)
     if dev is None or not hasattr(obj, "__dlpack__"):
@@ -306,6 +308,20 @@ def device_view(obj, what="grid", consumer_stream=LEGACY_DEFAULT_STREAM,
     return _from_cai(obj, cai, what)
 
 
+_MAKERS = {}  # array type -> make(source, shape), for the known kinds
+
+
+def _cupy_maker(cupy):
+    empty, f64 = cupy.empty, cupy.float64
+    return lambda source, shape: empty(shape, dtype=f64)
+
+
+def _torch_maker(torch):
+    empty, f64 = torch.empty, torch.float64
+    return lambda source, shape: empty(shape, dtype=f64,
+                                       device=source.device)
+
+
 def library_of(obj):
     """The loaded module of `obj`'s array library, or None."""
     root = type(obj).__module__.split(".")[0]
@@ -314,12 +330,18 @@ def library_of(obj):
 
 def new_like(source, shape):
     """A new float64 C-contiguous device array of `source`'s kind."""
+    make = _MAKERS.get(type(source))
+    if make is not None:
+        return make(source, shape)
     lib = library_of(source)
     name = getattr(lib, "__name__", "")
     if name == "torch":
-        return lib.empty(shape, dtype=lib.float64, device=source.device)
-    if name == "cupy":
-        return lib.empty(shape, dtype=lib.float64)
+        make = _torch_maker(lib)
+    elif name == "cupy":
+        make = _cupy_maker(lib)
+    if name in ("torch", "cupy"):
+        _MAKERS[type(source)] = make
+        return make(source, shape)
     namespace = getattr(source, "__array_namespace__", None)
     if namespace is not None:
         xp = namespace()
