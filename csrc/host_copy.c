@@ -11,6 +11,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Below this a single thread's memcpy is faster than waking the team. */
 #define PARALLEL_MIN_BYTES ((size_t)1 << 20)
@@ -39,6 +42,42 @@ share_of(size_t bytes, int id, int count, size_t *begin, size_t *end)
     *end = *begin + per < bytes ? *begin + per : bytes;
 }
 
+/*
+ * memcpy whose stores bypass the caches (SSE2 streaming stores, where
+ * the compiler targets them): a plain store first reads the line it
+ * writes, a third of the memory traffic of a large copy, and neither
+ * side of these copies is read again soon by this core.
+ */
+static void
+copy_streaming(char *dst, const char *src, size_t bytes)
+{
+#if defined(__SSE2__)
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > bytes) {
+        head = bytes;
+    }
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    bytes -= head;
+    size_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), c);
+        _mm_stream_si128((__m128i *)(dst + i + 48), d);
+    }
+    memcpy(dst + i, src + i, bytes - i);
+    _mm_sfence(); /* the streamed lines are out before anyone reads them */
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
 void
 cs_host_copy(void *dst, const void *src, size_t bytes)
 {
@@ -61,7 +100,7 @@ cs_host_copy(void *dst, const void *src, size_t bytes)
         size_t b, e;
         share_of(bytes, id, team, &b, &e);
         if (e > b) {
-            memcpy((char *)dst + b, (const char *)src + b, e - b);
+            copy_streaming((char *)dst + b, (const char *)src + b, e - b);
         }
     }
 }
