@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from . import _backends, _core, _device, _presets, _watch
+from . import _backends, _core, _device, _memory, _presets, _watch
 from ._stencil import Stencil, as_weights
 
 # Codes shared with csrc/stencil.h (cs_mode).
@@ -174,12 +174,24 @@ def _as_grid(grid, out):
         raise ValueError("grid must be 1D, 2D or 3D, got ndim=%d" % a.ndim)
     if a.size == 0:
         raise ValueError("grid must not be empty, got shape %s" % (a.shape,))
+    copy = not (a.dtype == np.float64 and a.flags.c_contiguous
+                and a.flags.aligned
+                and (out is None or not np.may_share_memory(a, out)))
+    # a copy and a result the size of the grid: checked before either is
+    # made (an allocation past what exists may only fail much later, by
+    # the kernel's out-of-memory killer)
+    needed = a.size * 8 * (int(copy) + int(out is None))
+    if needed:
+        _memory.ensure_host_fits(
+            needed, "a grid of shape %s (%d points; float64%s)"
+            % (a.shape, a.size,
+               ", copied and a result" if copy and out is None
+               else ", copied" if copy else ", a result"))
     # The engines only read their input, so a float64 C-contiguous grid is
     # passed as it is; anything else, or a grid that shares memory with
     # `out` (the engine reads it while writing `out`), becomes a private
     # copy.  Copying 128 MB costs about as much as ten heat2d steps.
-    if (a.dtype == np.float64 and a.flags.c_contiguous and a.flags.aligned
-            and (out is None or not np.may_share_memory(a, out))):
+    if not copy:
         return a
     return np.array(a, dtype=np.float64, order="C", copy=True)
 

@@ -96,15 +96,19 @@ info_to_dict(const cs_run_info *info)
     } else {
         Py_INCREF(Py_None);
     }
-    /* N: the dict takes over the reference to `seconds` */
-    return Py_BuildValue("{s:s,s:s,s:i,s:l,s:l,s:i,s:N}",
+    PyObject *nonfinite = info->nonfinite < 0 ? Py_None
+                          : info->nonfinite ? Py_True : Py_False;
+    Py_INCREF(nonfinite);
+    /* N: the dict takes over the references */
+    return Py_BuildValue("{s:s,s:s,s:i,s:l,s:l,s:i,s:N,s:N}",
                          "backend", info->backend ? info->backend : "",
                          "path", info->path ? info->path : "",
                          "fused_depth", info->fused_depth,
                          "fused_passes", info->fused_passes,
                          "unfused_steps", info->unfused_steps,
                          "threads", info->threads,
-                         "device_seconds", seconds);
+                         "device_seconds", seconds,
+                         "nonfinite", nonfinite);
 }
 
 /* ---- Ctrl-C and progress during a run: the engines poll this ---- */
@@ -252,6 +256,7 @@ run(PyObject *self, PyObject *args)
     info.fused_depth = 1;
     info.unfused_steps = steps;
     info.device_seconds = -1.0;
+    info.nonfinite = -1;
 
     const double *in_data = PyArray_DATA(grid);
     double *out_data = PyArray_DATA(out);
@@ -409,6 +414,7 @@ run_device(PyObject *self, PyObject *args)
     cs_cuda_streams streams = {{(uintptr_t)wait0, (uintptr_t)wait1},
                                (uintptr_t)run_stream};
     cs_run_info info = {0};
+    info.nonfinite = -1;
     char detail[512] = "";
     signal_poll sp;
     const cs_interrupt intr = make_poll(&sp, interruptible, progress);

@@ -162,6 +162,10 @@ typedef struct cs_run_info {
     int threads;
     double device_seconds; /* the step loop's time on the GPU (CUDA events,
                               no transfers); < 0 where not measured */
+    int nonfinite;         /* 1: NaN or infinite values were met and the
+                              path that keeps them where SciPy does ran;
+                              0: none were met; -1: not known (not
+                              checked, or the call returned before) */
 } cs_run_info;
 
 #ifdef __cplusplus

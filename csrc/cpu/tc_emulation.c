@@ -36,6 +36,7 @@
 #include "cpu_engine.h"
 #include "../layout.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,11 +538,95 @@ run_steps(const double *in, double *out, const ptrdiff_t shape[3],
     return st;
 }
 
+/* Does a[0..count) hold a NaN or an infinity? */
+static int
+has_nonfinite(const double *a, size_t count, int nthreads)
+{
+    int found = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nthreads) reduction(| : found) \
+    schedule(static)
+#endif
+    for (size_t i = 0; i < count; i++) {
+        found |= !isfinite(a[i]);
+    }
+    (void)nthreads;
+    return found;
+}
+
+/*
+ * The masked path, as on the GPU: the zeros of the padded weight
+ * matrices and of the tiles' dump slots would turn a NaN or an infinity
+ * into NaN across a whole tile, so a grid that holds one (or a result
+ * that does: finite values can overflow) is run by the direct CPU
+ * engine, which adds the nonzero weights only, as scipy.ndimage does.
+ */
+static cs_status
+run_masked(const double *in, double *out, const ptrdiff_t shape[3],
+           const cs_kernel *kernel, cs_mode mode, double cval, long steps,
+           int num_threads, cs_run_info *info, const cs_interrupt *intr)
+{
+    cs_status st = cs_cpu_apply(in, out, shape, kernel, mode, cval, steps,
+                                num_threads, info, intr);
+    if (info != NULL) {
+        info->backend = "cpu-tc";
+        info->path = "direct";
+        info->nonfinite = 1;
+    }
+    return st;
+}
+
+static cs_status
+tc_emulation_run(const double *in, double *out, const ptrdiff_t shape[3],
+                 const cs_kernel *kernel, cs_mode mode, double cval,
+                 long steps, int num_threads, cs_run_info *info,
+                 const cs_interrupt *intr);
+
 cs_status
 cs_tc_emulation_apply(const double *in, double *out, const ptrdiff_t shape[3],
                       const cs_kernel *kernel, cs_mode mode, double cval,
                       long steps, int num_threads, cs_run_info *info,
                       const cs_interrupt *intr)
+{
+    size_t count;
+    if (in == NULL || out == NULL || shape == NULL || shape[0] < 1
+        || shape[1] < 1 || shape[2] < 1
+        || !count_doubles(shape[0], shape[1], shape[2], &count)) {
+        return CS_ERR_INVALID;
+    }
+    const int nthreads = resolve_threads(num_threads);
+    if (steps > 0 && has_nonfinite(in, count, nthreads)) {
+        return run_masked(in, out, shape, kernel, mode, cval, steps,
+                          num_threads, info, intr);
+    }
+    /* an overflow's rerun reads the input, which `out` may be */
+    double *kept = NULL;
+    if (steps > 0 && in == out) {
+        kept = malloc(count * sizeof(double));
+        if (kept == NULL) {
+            return CS_ERR_NOMEM;
+        }
+        memcpy(kept, in, count * sizeof(double));
+    }
+    cs_status st = tc_emulation_run(in, out, shape, kernel, mode, cval,
+                                    steps, num_threads, info, intr);
+    if (st == CS_OK && info != NULL) {
+        info->nonfinite = 0;
+    }
+    if (st == CS_OK && steps > 0 && has_nonfinite(out, count, nthreads)) {
+        st = run_masked(kept != NULL ? kept : in, out, shape, kernel, mode,
+                        cval, steps, num_threads, info, intr);
+    }
+    free(kept);
+    return st;
+}
+
+/* The dual tessellation itself (the fast path). */
+static cs_status
+tc_emulation_run(const double *in, double *out, const ptrdiff_t shape[3],
+                 const cs_kernel *kernel, cs_mode mode, double cval,
+                 long steps, int num_threads, cs_run_info *info,
+                 const cs_interrupt *intr)
 {
     ptrdiff_t max_side[3];
     cs_fusion_plan plan;

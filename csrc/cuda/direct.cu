@@ -36,6 +36,7 @@ typedef struct direct_params {
     int mode;
     double cval;
     int row_threads;       /* threads per row of a block: a power of two */
+    int *nonfinite;        /* NULL, or set to 1 where a result is not finite */
 } direct_params;
 
 /* Element (z, y, x) of the input as float64. */
@@ -104,6 +105,9 @@ direct_step_kernel(const direct_params p)
         }
         *(double *)(p.out + z * p.out_s[0] + y * p.out_s[1]
                     + x * p.out_s[2]) = s;
+        if (p.nonfinite != NULL && !isfinite(s)) {
+            *p.nonfinite = 1;
+        }
     }
 }
 
@@ -155,7 +159,7 @@ cs_status
 cs_cuda_direct_step(cs_cuda_ctx *ctx, const cs_darray *in,
                     const cs_darray *out, const ptrdiff_t shape[3],
                     const cs_kernel *k, const void *dev_taps, int ntaps,
-                    cs_mode mode, double cval)
+                    cs_mode mode, double cval, int *nonfinite)
 {
     if (out->dtype != CS_DTYPE_FLOAT64 || (int)mode < 0
         || (int)mode >= CS_MODE_COUNT || ntaps < 0) {
@@ -177,6 +181,7 @@ cs_cuda_direct_step(cs_cuda_ctx *ctx, const cs_darray *in,
     p.ntaps = ntaps;
     p.mode = (int)mode;
     p.cval = cval;
+    p.nonfinite = nonfinite;
     p.row_threads = 256;
     while (p.row_threads > 1 && p.row_threads / 2 >= p.n[2]) {
         p.row_threads /= 2;

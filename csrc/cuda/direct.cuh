@@ -23,12 +23,13 @@ cs_direct_taps(const cs_kernel *k, void *block);
 /*
  * out = one step of k applied to in (extents `shape`), on ctx->stream;
  * `dev_taps` is the block of cs_direct_taps in device memory.  `out`
- * must not overlap `in`.
+ * must not overlap `in`.  `nonfinite` (device memory, may be NULL) is
+ * set to 1 where a result is NaN or infinite.
  */
 cs_status
 cs_cuda_direct_step(cs_cuda_ctx *ctx, const cs_darray *in,
                     const cs_darray *out, const ptrdiff_t shape[3],
                     const cs_kernel *k, const void *dev_taps, int ntaps,
-                    cs_mode mode, double cval);
+                    cs_mode mode, double cval, int *nonfinite);
 
 #endif /* CS_CUDA_DIRECT_CUH */

@@ -1,13 +1,24 @@
 /*
  * engine.cu -- cs_cuda_apply: the GPU engine's orchestration.
  *
- * Data flow: one device arena (one cudaMalloc) holds two padded
- * ping-pong grids, the band fix-up's strip buffers and the parameters
- * (weights, stencil2row tables).  The grid is uploaded once (contiguous,
- * into the spare grid, then repacked into the padded one on the device),
- * the whole step loop runs on one stream (with a second one for the band
- * fix-ups, below), and the result is repacked and downloaded once.  Every
- * exit frees everything.
+ * Data flow: one device arena (a block kept between calls,
+ * resources.cu) holds two padded ping-pong grids and the band fix-up's
+ * strip buffers; the parameters (weights, stencil2row tables) go to the
+ * lane's parameter block.  The grid is read once into the padded grid
+ * (a host grid uploaded through pinned staging into the spare grid,
+ * contiguous, then repacked; a device array read where it is), the whole
+ * step loop runs on one stream (with a second one for the band fix-ups,
+ * below), and the result is written out once.  Every exit gives the
+ * lane and the block back.
+ *
+ * Non-finite values: the load notes whether the input holds a NaN or an
+ * infinity, and the result is checked before it leaves (finite values
+ * can overflow); either sends the run to the masked path (run_masked:
+ * direct.cu's kernel step by step over the nonzero taps, which puts NaN
+ * and infinities exactly where scipy.ndimage does; zeros of padded
+ * weight matrices and tiles would spread them).  Finite grids pay one
+ * flag read at the end of the call, and device grids one read of the
+ * result.  A steps=1 call on device arrays runs the direct kernel alone.
  *
  * Step loop, tensor-core path (kernels up to 7 per axis, 1D kernels up
  * to 31 points, on sm_90):
@@ -31,8 +42,8 @@
  * (fold1d.cu), so that the 2D kernels get whole tiles of rows: the
  * halo refresh becomes the fold's (x-halos copied from the neighbouring
  * rows, the mode past the ends, before every pass), the band fix-up
- * replays the two ends of the 1D grid, and the upload and download
- * repack the points into and out of the rows.
+ * replays the two ends of the 1D grid, and the load and the result's
+ * staging repack the points into and out of the rows.
  *
  * Band fix-up of a tensor-core pass, per banded axis: the two edge
  * strips of width strip = (2*depth-1)*r of the pass's input are stacked
@@ -185,32 +196,6 @@ fold1d_plan(const ptrdiff_t shape[3], const cs_kernel *kernel)
     return f;
 }
 
-/*
- * Repack between the grid as the caller holds it, contiguous at `flat`,
- * and the padded device grid g of extents `shape`: one box, or for a
- * fold its full rows, then the last row's n - (rows-1)*w points.
- */
-static cs_status
-repack(cs_cuda_ctx *ctx, const fold1d *f, const cs_dgrid *g,
-       const ptrdiff_t shape[3], char *flat, int to_device)
-{
-    const cs_dgrid c = contiguous_view(shape, flat);
-    const ptrdiff_t zero[3] = {0, 0, 0};
-    ptrdiff_t box[3] = {shape[0], shape[1], shape[2]};
-    if (f->active) {
-        box[1] = f->rows - 1; /* the full rows */
-    }
-    CS_TRY(to_device ? cs_cuda_copy_box(ctx, g, zero, &c, zero, box)
-                     : cs_cuda_copy_box(ctx, &c, zero, g, zero, box));
-    if (!f->active) {
-        return CS_OK;
-    }
-    const ptrdiff_t last[3] = {0, f->rows - 1, 0};
-    const ptrdiff_t tail[3] = {1, 1, f->n - (f->rows - 1) * f->w};
-    return to_device ? cs_cuda_copy_box(ctx, g, last, &c, last, tail)
-                     : cs_cuda_copy_box(ctx, &c, last, g, last, tail);
-}
-
 /* Reserve `bytes` at the end of an arena plan; 0 on overflow. */
 static int
 arena_take(size_t *top, size_t bytes, size_t *offset)
@@ -326,6 +311,7 @@ typedef struct apply_state {
     cs_lane *lane;         /* streams, events, staging, parameters */
     cs_block *block;       /* device memory of the grids and strips */
     char *params_host;     /* the parameter block, as uploaded */
+    int nonfinite;         /* the masked path ran */
 } apply_state;
 
 /*
@@ -908,37 +894,108 @@ io_boxes(const fold1d *f, const ptrdiff_t shape[3], ptrdiff_t box[3],
     }
 }
 
-/* The grid into g (its interior), from the caller's memory; `spare` is
-   the other main grid, free until the first pass. */
+/* The grid as a C-contiguous float64 array at `base` (for the
+   transfers and the masked path). */
+static cs_darray
+contiguous_array(char *base, const ptrdiff_t shape[3])
+{
+    cs_darray a = {base, CS_DTYPE_FLOAT64,
+                   {(ptrdiff_t)(shape[1] * shape[2] * sizeof(double)),
+                    (ptrdiff_t)(shape[2] * sizeof(double)),
+                    (ptrdiff_t)sizeof(double)}};
+    return a;
+}
+
+/* Points of the caller's grid (a fold's n, not its rows' padding). */
+static size_t
+grid_count(const fold1d *fold, const arena_plan *ap)
+{
+    return (size_t)(fold->active ? fold->n
+                                 : ap->shape[0] * ap->shape[1] * ap->shape[2]);
+}
+
+/* Flag i of the lane's block (device memory). */
+static int *
+lane_flag(const apply_state *s, int i)
+{
+    return s->lane->flags + i;
+}
+
+/*
+ * The grid into g (its interior), from the caller's memory, noting in
+ * flag 0 whether it holds a value that is not finite; `spare` is the
+ * other main grid, free until the first pass (a host grid goes there
+ * first, contiguous).
+ */
 static cs_status
 load_grid(cs_cuda_ctx *ctx, const apply_state *s, const grid_io *io,
           const fold1d *fold, const arena_plan *ap, const cs_dgrid *g,
           char *spare)
 {
-    if (io->dev_in != NULL) {
-        ptrdiff_t box[3], tail_at[3], tail[3];
-        const ptrdiff_t zero[3] = {0, 0, 0};
-        cs_darray rows, last;
-        io_boxes(fold, ap->shape, box, tail_at, tail);
-        fold_views(io->dev_in, fold, &rows, &last);
-        CS_TRY(cs_cuda_load_array(ctx, g, zero, &rows, box));
+    cs_darray host_copy;
+    const cs_darray *src = io->dev_in;
+    if (src == NULL) {
+        const size_t count = grid_count(fold, ap);
+        CS_TRY(cs_cuda_upload_host(ctx, s->lane, spare,
+                                   (const char *)io->host_in,
+                                   count * sizeof(double)));
+        host_copy = contiguous_array(spare, ap->shape);
+        if (fold->active) { /* the points one after another */
+            host_copy.strides[1] = host_copy.strides[2];
+        }
+        src = &host_copy;
+    }
+    ptrdiff_t box[3], tail_at[3], tail[3];
+    const ptrdiff_t zero[3] = {0, 0, 0};
+    cs_darray rows, last;
+    io_boxes(fold, ap->shape, box, tail_at, tail);
+    fold_views(src, fold, &rows, &last);
+    CS_TRY(cs_cuda_load_array(ctx, g, zero, &rows, box, lane_flag(s, 0)));
+    if (fold->active) {
+        CS_TRY(cs_cuda_load_array(ctx, g, tail_at, &last, tail,
+                                  lane_flag(s, 0)));
+    }
+    return CS_OK;
+}
+
+/*
+ * The result in g ready to leave, flag 1 noting whether it holds a value
+ * that is not finite: a host grid's is repacked into `spare` (free: the
+ * loop is over), contiguous; a device grid's is only checked (the store
+ * waits for the verdict: `out` may be the input, which a rerun reads).
+ */
+static cs_status
+stage_result(cs_cuda_ctx *ctx, const apply_state *s, const grid_io *io,
+             const fold1d *fold, const arena_plan *ap, const cs_dgrid *g,
+             char *spare)
+{
+    ptrdiff_t box[3], tail_at[3], tail[3];
+    const ptrdiff_t zero[3] = {0, 0, 0};
+    io_boxes(fold, ap->shape, box, tail_at, tail);
+    if (io->dev_out != NULL) {
+        CS_TRY(cs_cuda_check_finite(ctx, g, zero, box, lane_flag(s, 1)));
         if (fold->active) {
-            CS_TRY(cs_cuda_load_array(ctx, g, tail_at, &last, tail));
+            CS_TRY(cs_cuda_check_finite(ctx, g, tail_at, tail,
+                                        lane_flag(s, 1)));
         }
         return CS_OK;
     }
-    /* host: contiguous into the spare grid's memory, then repacked */
-    const size_t count = (size_t)(fold->active ? fold->n
-                                               : ap->shape[0] * ap->shape[1]
-                                                     * ap->shape[2]);
-    CS_TRY(cs_cuda_upload_host(ctx, s->lane, spare,
-                               (const char *)io->host_in,
-                               count * sizeof(double)));
-    return repack(ctx, fold, g, ap->shape, spare, 1);
+    cs_darray flat = contiguous_array(spare, ap->shape);
+    if (fold->active) {
+        flat.strides[1] = flat.strides[2];
+    }
+    cs_darray rows, last;
+    fold_views(&flat, fold, &rows, &last);
+    CS_TRY(cs_cuda_store_array(ctx, &rows, g, zero, box, lane_flag(s, 1)));
+    if (fold->active) {
+        CS_TRY(cs_cuda_store_array(ctx, &last, g, tail_at, tail,
+                                   lane_flag(s, 1)));
+    }
+    return CS_OK;
 }
 
-/* The result in g into the caller's memory (host: complete on return),
-   through `spare` (free: the loop is over). */
+/* The staged result into the caller's memory (host: complete on
+   return). */
 static cs_status
 store_grid(cs_cuda_ctx *ctx, const apply_state *s, const grid_io *io,
            const fold1d *fold, const arena_plan *ap, const cs_dgrid *g,
@@ -950,20 +1007,85 @@ store_grid(cs_cuda_ctx *ctx, const apply_state *s, const grid_io *io,
         cs_darray rows, last;
         io_boxes(fold, ap->shape, box, tail_at, tail);
         fold_views(io->dev_out, fold, &rows, &last);
-        CS_TRY(cs_cuda_store_array(ctx, &rows, g, zero, box));
+        CS_TRY(cs_cuda_store_array(ctx, &rows, g, zero, box, NULL));
         if (fold->active) {
-            CS_TRY(cs_cuda_store_array(ctx, &last, g, tail_at, tail));
+            CS_TRY(cs_cuda_store_array(ctx, &last, g, tail_at, tail, NULL));
         }
         return CS_OK;
     }
-    const size_t count = (size_t)(fold->active ? fold->n
-                                               : ap->shape[0] * ap->shape[1]
-                                                     * ap->shape[2]);
-    CS_TRY(repack(ctx, fold, g, ap->shape, spare, 0));
-    /* the cores fault in a fresh result's pages while the device runs
-       the loop: the download then copies at the memory's pace */
-    cs_host_prefault(io->host_out, count * sizeof(double));
+    const size_t bytes = grid_count(fold, ap) * sizeof(double);
     return cs_cuda_download_host(ctx, s->lane, (char *)io->host_out, spare,
+                                 bytes);
+}
+
+/* Flags 0 and 1 (input, result) on the host, once the queued work is
+   done. */
+static cs_status
+read_flags(cs_cuda_ctx *ctx, const apply_state *s, int flags[2])
+{
+    CS_CUDA_CHECK(ctx,
+                  cudaMemcpyAsync(flags, s->lane->flags, 2 * sizeof(int),
+                                  cudaMemcpyDeviceToHost, ctx->stream),
+                  "cudaMemcpyAsync (non-finite flags)");
+    /* an asynchronous kernel fault surfaces here too: run with
+       CONVSTENCIL_CUDA_SYNC=1 to name the kernel */
+    CS_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream),
+                  "cudaStreamSynchronize (end of the step loop)");
+    return CS_OK;
+}
+
+/*
+ * The masked path, for grids that hold NaN or infinite values: every
+ * step by direct.cu's kernel over the nonzero taps only, with the
+ * boundary mode applied per tap (so values are NaN or infinite exactly
+ * where scipy.ndimage.correlate, repeated, puts them), ping-pong between
+ * the two main grids' memory used as contiguous arrays, from the input
+ * read again; then the result goes out as the fast path's would.
+ */
+static cs_status
+run_masked(cs_cuda_ctx *ctx, apply_state *s, const grid_io *io,
+           const ptrdiff_t user_shape[3], const cs_kernel *kernel,
+           cs_mode mode, double cval, long steps, char *buf[2])
+{
+    const size_t bytes = cs_direct_taps_bytes(kernel);
+    char *host_taps = (char *)malloc(bytes);
+    if (host_taps == NULL) {
+        cs_cuda_message(ctx, "out of host memory (taps)");
+        return CS_ERR_NOMEM;
+    }
+    const int ntaps = cs_direct_taps(kernel, host_taps);
+    char *taps = NULL;
+    cs_status st = cs_lane_params(ctx, s->lane, host_taps, bytes, &taps);
+    free(host_taps);
+    CS_TRY(st);
+    cs_darray a[2] = {contiguous_array(buf[0], user_shape),
+                      contiguous_array(buf[1], user_shape)};
+    const size_t count =
+        (size_t)(user_shape[0] * user_shape[1] * user_shape[2]);
+    const cs_darray *src = io->dev_in;
+    int next = 0;
+    if (src == NULL) {
+        CS_TRY(cs_cuda_upload_host(ctx, s->lane, buf[1],
+                                   (const char *)io->host_in,
+                                   count * sizeof(double)));
+        src = &a[1];
+    }
+    for (long t = 0; t < steps; t++) {
+        CS_TRY(check_interrupt(ctx, t));
+        CS_TRY(cs_cuda_direct_step(ctx, src, &a[next], user_shape, kernel,
+                                   taps, ntaps, mode, cval, NULL));
+        src = &a[next];
+        next = 1 - next;
+    }
+    if (io->dev_out != NULL) {
+        const cs_dgrid flat = contiguous_view(user_shape, (char *)src->data);
+        const ptrdiff_t zero[3] = {0, 0, 0};
+        return cs_cuda_store_array(ctx, io->dev_out, &flat, zero, user_shape,
+                                   NULL);
+    }
+    cs_host_prefault(io->host_out, count * sizeof(double));
+    return cs_cuda_download_host(ctx, s->lane, (char *)io->host_out,
+                                 (const char *)src->data,
                                  count * sizeof(double));
 }
 
@@ -1069,6 +1191,10 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const grid_io *io,
     CS_TRY(upload_params(ctx, s, kernel, use_tc, ap.cc_fused, &L.dk, &L.dkc,
                          &L.tc3.tile));
 
+    CS_CUDA_CHECK(ctx,
+                  cudaMemsetAsync(s->lane->flags, 0, 2 * sizeof(int),
+                                  ctx->stream),
+                  "cudaMemsetAsync (non-finite flags)");
     CS_TRY(load_grid(ctx, s, io, fold, &ap, &L.g[0], arena + ap.off_main[1]));
     if (timed) {
         CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_start, ctx->stream),
@@ -1080,19 +1206,37 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const grid_io *io,
         CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_stop, ctx->stream),
                       "cudaEventRecord (step loop end)");
     }
-    CS_TRY(store_grid(ctx, s, io, fold, &ap, &L.g[cur],
-                      arena + ap.off_main[1 - cur]));
+    char *spare = arena + ap.off_main[1 - cur];
+    CS_TRY(stage_result(ctx, s, io, fold, &ap, &L.g[cur], spare));
+    if (io->host_out != NULL) {
+        /* the cores fault in a fresh result's pages while the device
+           runs the loop: the download then copies at the memory's pace */
+        cs_host_prefault(io->host_out,
+                         grid_count(fold, &ap) * sizeof(double));
+    }
+    /* the verdict on non-finite values: an input or a result that holds
+       one (finite values can overflow) is run again on the masked path */
+    int flags[2] = {0, 0};
+    CS_TRY(read_flags(ctx, s, flags));
     if (timed) {
-        /* an asynchronous kernel fault surfaces here too: run with
-           CONVSTENCIL_CUDA_SYNC=1 to name the kernel */
-        CS_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream),
-                      "cudaStreamSynchronize (end of the run)");
         float ms = 0.0f;
         CS_CUDA_CHECK(ctx,
                       cudaEventElapsedTime(&ms, s->lane->loop_start,
                                            s->lane->loop_stop),
                       "cudaEventElapsedTime (step loop)");
         *loop_seconds = 1e-3 * (double)ms;
+    }
+    s->nonfinite = flags[0] || flags[1];
+    if (!s->nonfinite) {
+        CS_TRY(store_grid(ctx, s, io, fold, &ap, &L.g[cur], spare));
+    } else {
+        char *buf[2] = {arena + ap.off_main[0], arena + ap.off_main[1]};
+        CS_TRY(run_masked(ctx, s, io, user_shape, kernel, mode, cval,
+                          plan->passes * plan->depth + plan->remainder, buf));
+    }
+    if (timed) {
+        CS_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream),
+                      "cudaStreamSynchronize (end of the run)");
     }
     return CS_OK;
 }
@@ -1126,6 +1270,7 @@ info_init(cs_run_info *info, long steps)
         info->unfused_steps = steps;
         info->threads = 0;
         info->device_seconds = -1.0;
+        info->nonfinite = -1;
     }
 }
 
@@ -1216,6 +1361,14 @@ apply_with_io(cs_cuda_ctx *ctx, const grid_io *io, const ptrdiff_t shape[3],
     }
     if (info != NULL && st == CS_OK) {
         info->device_seconds = loop_seconds;
+        info->nonfinite = s.nonfinite;
+        if (s.nonfinite) {
+            info->device_seconds = -1.0; /* the step loop ran twice */
+            info->path = "direct";
+            info->fused_depth = 1;
+            info->fused_passes = 0;
+            info->unfused_steps = steps;
+        }
     }
     release_state(ctx, &s);
     return st;
@@ -1247,16 +1400,27 @@ apply_direct(cs_cuda_ctx *ctx, const cs_darray *in, const cs_darray *out,
         st = cs_lane_params(ctx, s.lane, s.params_host, bytes, &taps);
     }
     if (st == CS_OK && timed) {
-        st = cudaEventRecord(s.lane->loop_start, ctx->stream) == cudaSuccess
-                 ? CS_OK
-                 : cs_cuda_fail(ctx, cudaGetLastError(), "cudaEventRecord");
+        cudaError_t e = cudaMemsetAsync(s.lane->flags, 0, sizeof(int),
+                                        ctx->stream);
+        if (e == cudaSuccess) {
+            e = cudaEventRecord(s.lane->loop_start, ctx->stream);
+        }
+        st = e == cudaSuccess ? CS_OK
+                              : cs_cuda_fail(ctx, e, "direct step (start)");
     }
     if (st == CS_OK) {
+        /* its result is exact for non-finite values too; the flag only
+           reports whether there were any (where the call waits) */
         st = cs_cuda_direct_step(ctx, in, out, shape, kernel, taps, ntaps,
-                                 mode, cval);
+                                 mode, cval, timed ? s.lane->flags : NULL);
     }
+    int flag = 0;
     if (st == CS_OK && timed) {
         cudaError_t e = cudaEventRecord(s.lane->loop_stop, ctx->stream);
+        if (e == cudaSuccess) {
+            e = cudaMemcpyAsync(&flag, s.lane->flags, sizeof(int),
+                                cudaMemcpyDeviceToHost, ctx->stream);
+        }
         if (e == cudaSuccess) {
             e = cudaStreamSynchronize(ctx->stream);
         }
@@ -1269,6 +1433,7 @@ apply_direct(cs_cuda_ctx *ctx, const cs_darray *in, const cs_darray *out,
                               : cs_cuda_fail(ctx, e, "direct step (end)");
         if (st == CS_OK && info != NULL) {
             info->device_seconds = 1e-3 * (double)ms;
+            info->nonfinite = flag;
         }
     }
     release_state(ctx, &s);

@@ -128,6 +128,9 @@ lane_destroy(cs_lane *l)
     if (l->params != NULL) {
         (void)cudaFree(l->params);
     }
+    if (l->flags != NULL) {
+        (void)cudaFree(l->flags);
+    }
     free(l->params_key);
     free(l);
     (void)cudaGetLastError();
@@ -161,6 +164,9 @@ lane_create(cs_cuda_ctx *ctx, cs_lane *l)
                                                cudaEventDisableTiming),
                       "cudaEventCreateWithFlags");
     }
+    CS_CUDA_CHECK(ctx,
+                  cudaMalloc((void **)&l->flags, CS_LANE_FLAGS * sizeof(int)),
+                  "cudaMalloc (lane flags)");
     return CS_OK;
 }
 

@@ -30,6 +30,7 @@
 #define CS_STAGE_COUNT 4                   /* pinned staging buffers */
 #define CS_STAGE_BYTES ((size_t)16 << 20)  /* bytes in each */
 #define CS_CACHE_FRACTION 4 /* idle blocks: at most 1/4 of device memory */
+#define CS_LANE_FLAGS 4     /* ints of a lane's flag block */
 
 /* One call's streams, events, staging and parameters. */
 typedef struct cs_lane {
@@ -48,6 +49,7 @@ typedef struct cs_lane {
     int stage_tried;
     /* kernel parameters on the device, and the bytes they were made
        from, so that a call with the same weights uploads nothing */
+    int *flags;               /* device: CS_LANE_FLAGS ints (non-finite checks) */
     char *params;
     size_t params_cap;
     unsigned char *params_key;

@@ -36,6 +36,7 @@ typedef struct array_params {
     ptrdiff_t ey, ex;    /* box extents in y and x */
     ptrdiff_t rows;      /* ez * ey */
     int row_threads;     /* threads per row of a block: a power of two */
+    int *nonfinite;      /* NULL, or set to 1 where a value is not finite */
 } array_params;
 
 /* Blocks of rows as in halo.cu's copy_box_kernel. */
@@ -56,7 +57,11 @@ load_array_kernel(const array_params p)
         const ptrdiff_t y = r - z * p.ey;
         const T *src =
             (const T *)(p.array + z * p.sz + y * p.sy + x * p.sx);
-        p.grid[z * p.plane + y * p.pitch + x] = to_double(*src);
+        const double v = to_double(*src);
+        p.grid[z * p.plane + y * p.pitch + x] = v;
+        if (p.nonfinite != NULL && !isfinite(v)) {
+            *p.nonfinite = 1; /* any writer will do: the value is all */
+        }
     }
 }
 
@@ -75,7 +80,34 @@ store_array_kernel(const array_params p)
         const ptrdiff_t z = r / p.ey;
         const ptrdiff_t y = r - z * p.ey;
         double *dst = (double *)(p.array + z * p.sz + y * p.sy + x * p.sx);
-        *dst = p.grid[z * p.plane + y * p.pitch + x];
+        const double v = p.grid[z * p.plane + y * p.pitch + x];
+        *dst = v;
+        if (p.nonfinite != NULL && !isfinite(v)) {
+            *p.nonfinite = 1;
+        }
+    }
+}
+
+/* Only the check: is any value of the box not finite? */
+__global__ void
+check_finite_kernel(const array_params p)
+{
+    const int tx = threadIdx.x & (p.row_threads - 1);
+    const int ty = threadIdx.x / p.row_threads;
+    const int block_rows = blockDim.x / p.row_threads;
+    const ptrdiff_t x = (ptrdiff_t)blockIdx.x * p.row_threads + tx;
+    if (x >= p.ex) {
+        return;
+    }
+    int bad = 0;
+    for (ptrdiff_t r = (ptrdiff_t)blockIdx.y * block_rows + ty; r < p.rows;
+         r += (ptrdiff_t)gridDim.y * block_rows) {
+        const ptrdiff_t z = r / p.ey;
+        const ptrdiff_t y = r - z * p.ey;
+        bad |= !isfinite(p.grid[z * p.plane + y * p.pitch + x]);
+    }
+    if (bad) {
+        *p.nonfinite = 1;
     }
 }
 
@@ -159,11 +191,12 @@ launch_load(cs_cuda_ctx *ctx, const array_params *p, dim3 grid)
 cs_status
 cs_cuda_load_array(cs_cuda_ctx *ctx, const cs_dgrid *dst,
                    const ptrdiff_t dst_at[3], const cs_darray *src,
-                   const ptrdiff_t ext[3])
+                   const ptrdiff_t ext[3], int *nonfinite)
 {
     array_params p;
     dim3 grid;
     CS_TRY(array_launch_shape(ctx, dst, dst_at, src, ext, &p, &grid));
+    p.nonfinite = nonfinite;
     if (ext[0] == 0 || ext[1] == 0 || ext[2] == 0) {
         return CS_OK;
     }
@@ -204,7 +237,7 @@ cs_cuda_load_array(cs_cuda_ctx *ctx, const cs_dgrid *dst,
 cs_status
 cs_cuda_store_array(cs_cuda_ctx *ctx, const cs_darray *dst,
                     const cs_dgrid *src, const ptrdiff_t src_at[3],
-                    const ptrdiff_t ext[3])
+                    const ptrdiff_t ext[3], int *nonfinite)
 {
     if (dst->dtype != CS_DTYPE_FLOAT64) {
         cs_cuda_message(ctx, "device array out: float64 only");
@@ -213,11 +246,29 @@ cs_cuda_store_array(cs_cuda_ctx *ctx, const cs_darray *dst,
     array_params p;
     dim3 grid;
     CS_TRY(array_launch_shape(ctx, src, src_at, dst, ext, &p, &grid));
+    p.nonfinite = nonfinite;
     if (ext[0] == 0 || ext[1] == 0 || ext[2] == 0) {
         return CS_OK;
     }
     store_array_kernel<<<grid, 256, 0, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, "store_array_kernel");
+}
+
+cs_status
+cs_cuda_check_finite(cs_cuda_ctx *ctx, const cs_dgrid *g,
+                     const ptrdiff_t at[3], const ptrdiff_t ext[3],
+                     int *nonfinite)
+{
+    const cs_darray none = {g->origin, CS_DTYPE_FLOAT64, {0, 0, 0}};
+    array_params p;
+    dim3 grid;
+    CS_TRY(array_launch_shape(ctx, g, at, &none, ext, &p, &grid));
+    p.nonfinite = nonfinite;
+    if (ext[0] == 0 || ext[1] == 0 || ext[2] == 0) {
+        return CS_OK;
+    }
+    check_finite_kernel<<<grid, 256, 0, ctx->stream>>>(p);
+    return cs_cuda_check_launch(ctx, "check_finite_kernel");
 }
 
 /* ------------------------------------------------------------------------

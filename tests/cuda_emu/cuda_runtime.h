@@ -48,6 +48,7 @@ struct int4 { int x, y, z, w; };
 static inline double2 make_double2(double a, double b) { return {a, b}; }
 static inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 template <class T> static inline T __ldg(const T *p) { return *p; }
+using std::isfinite;  // CUDA's device isfinite is a global function
 template <class T> static inline T min(T a, T b) { return a < b ? a : b; }
 template <class T> static inline T max(T a, T b) { return a > b ? a : b; }
 static inline void __trap() { abort(); }
