@@ -852,6 +852,8 @@ typedef struct grid_io {
     double *host_out;
     const cs_darray *dev_in;
     const cs_darray *dev_out;
+    int out_reads_in; /* dev_out overlaps dev_in: a rerun could not read
+                         the input once the result is stored */
 } grid_io;
 
 /*
@@ -961,17 +963,31 @@ load_grid(cs_cuda_ctx *ctx, const apply_state *s, const grid_io *io,
 /*
  * The result in g ready to leave, flag 1 noting whether it holds a value
  * that is not finite: a host grid's is repacked into `spare` (free: the
- * loop is over), contiguous; a device grid's is only checked (the store
- * waits for the verdict: `out` may be the input, which a rerun reads).
+ * loop is over), contiguous; a device grid's is stored, unless `out`
+ * overlaps the input, which a rerun reads: then it is only checked, and
+ * the store waits for the verdict.  *stored says which.
  */
 static cs_status
 stage_result(cs_cuda_ctx *ctx, const apply_state *s, const grid_io *io,
              const fold1d *fold, const arena_plan *ap, const cs_dgrid *g,
-             char *spare)
+             char *spare, int *stored)
 {
     ptrdiff_t box[3], tail_at[3], tail[3];
     const ptrdiff_t zero[3] = {0, 0, 0};
     io_boxes(fold, ap->shape, box, tail_at, tail);
+    *stored = 0;
+    if (io->dev_out != NULL && !io->out_reads_in) {
+        cs_darray rows, last;
+        fold_views(io->dev_out, fold, &rows, &last);
+        CS_TRY(cs_cuda_store_array(ctx, &rows, g, zero, box,
+                                   lane_flag(s, 1)));
+        if (fold->active) {
+            CS_TRY(cs_cuda_store_array(ctx, &last, g, tail_at, tail,
+                                       lane_flag(s, 1)));
+        }
+        *stored = 1;
+        return CS_OK;
+    }
     if (io->dev_out != NULL) {
         CS_TRY(cs_cuda_check_finite(ctx, g, zero, box, lane_flag(s, 1)));
         if (fold->active) {
@@ -1207,7 +1223,8 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const grid_io *io,
                       "cudaEventRecord (step loop end)");
     }
     char *spare = arena + ap.off_main[1 - cur];
-    CS_TRY(stage_result(ctx, s, io, fold, &ap, &L.g[cur], spare));
+    int stored = 0;
+    CS_TRY(stage_result(ctx, s, io, fold, &ap, &L.g[cur], spare, &stored));
     if (io->host_out != NULL) {
         /* the cores fault in a fresh result's pages while the device
            runs the loop: the download then copies at the memory's pace */
@@ -1227,9 +1244,9 @@ run_on_device(cs_cuda_ctx *ctx, apply_state *s, const grid_io *io,
         *loop_seconds = 1e-3 * (double)ms;
     }
     s->nonfinite = flags[0] || flags[1];
-    if (!s->nonfinite) {
+    if (!s->nonfinite && !stored) {
         CS_TRY(store_grid(ctx, s, io, fold, &ap, &L.g[cur], spare));
-    } else {
+    } else if (s->nonfinite) {
         char *buf[2] = {arena + ap.off_main[0], arena + ap.off_main[1]};
         CS_TRY(run_masked(ctx, s, io, user_shape, kernel, mode, cval,
                           plan->passes * plan->depth + plan->remainder, buf));
@@ -1488,7 +1505,7 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
         }
         return st;
     }
-    grid_io io = {in, out, NULL, NULL};
+    grid_io io = {in, out, NULL, NULL, 0};
     return apply_with_io(&ctx, &io, shape, kernel, mode, cval, steps, path,
                          NULL, info);
 }
@@ -1559,7 +1576,7 @@ cs_cuda_apply_device(const cs_darray *in, const cs_darray *out,
         return apply_direct(&ctx, in, out, shape, kernel, mode, cval,
                             streams, info);
     }
-    grid_io io = {NULL, NULL, in, out};
+    grid_io io = {NULL, NULL, in, out, arrays_overlap(in, out, shape)};
     return apply_with_io(&ctx, &io, shape, kernel, mode, cval, steps, path,
                          streams, info);
 }

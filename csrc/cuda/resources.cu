@@ -209,7 +209,8 @@ cs_lane_take(cs_cuda_ctx *ctx, cs_lane **lane)
 cs_status
 cs_lane_wait_done(cs_cuda_ctx *ctx, cs_lane *lane, cudaStream_t stream)
 {
-    if (lane->done_recorded) {
+    /* on the same stream the order is already the stream's */
+    if (lane->done_recorded && lane->done_stream != stream) {
         CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(stream, lane->done, 0),
                       "cudaStreamWaitEvent (lane's last use)");
     }
@@ -225,6 +226,7 @@ cs_lane_give(cs_lane *lane, cudaStream_t used)
     int keep = 1;
     if (used != NULL && cudaEventRecord(lane->done, used) == cudaSuccess) {
         lane->done_recorded = 1;
+        lane->done_stream = used;
     } else if (used != NULL) {
         /* cannot order the next user after this one: wait here */
         (void)cudaGetLastError();

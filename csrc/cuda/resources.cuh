@@ -42,6 +42,7 @@ typedef struct cs_lane {
     cudaEvent_t producer;     /* a producer's stream, waited for */
     cudaEvent_t done;         /* the last call's work, on its stream */
     int done_recorded;
+    cudaStream_t done_stream; /* that stream: a taker on it need not wait */
     /* pinned host staging (NULL until first needed, or when pinned
        memory could not be had: then copies go from pageable memory) */
     char *stage[CS_STAGE_COUNT];
