@@ -42,9 +42,14 @@ def backends():
 
     "cpu" is the direct C engine, "cpu-tc" the CPU emulation of the
     tensor-core algorithm (for verification, not speed), "cuda" the GPU
-    engine on the path it picks (tensor cores for 1D kernels, and 2D and
-    3D kernels up to 7 per axis; CUDA cores otherwise); "cuda-tc" and "cuda-core" force
-    one path.
+    engine on the path it picks for the kernel (tensor cores or CUDA
+    cores; last_run_info()["path"] says which); "cuda-tc" and
+    "cuda-core" force one path.
+
+    >>> convstencil.backends()["cpu"]
+    'available'
+    >>> convstencil.backends()["cuda"]      # on a machine without a GPU
+    'built, no device visible'
     """
     status = cuda_status()
     result = {"cpu": "available", "cpu-tc": "available"}

@@ -47,6 +47,15 @@ class Stencil:
     kernel of odd side per axis, 1D to 3D; ``Stencil("box2d9p",
     weights=w)`` a preset shape with your weights (w must have the
     preset's shape and be zero outside its footprint).
+
+    >>> s = Stencil("heat2d", alpha=0.2)
+    >>> s.weights
+    array([[0. , 0.2, 0. ],
+           [0.2, 0.2, 0.2],
+           [0. , 0.2, 0. ]])
+    >>> v = convstencil.apply(u, s, steps=100)
+    >>> Stencil(weights=np.ones((3, 3)) / 9).radius
+    (1, 1)
     """
 
     __slots__ = ("_name", "_weights")
