@@ -317,6 +317,16 @@ exit:
 
 /* ---- device arrays (the CUDA engine only) ---- */
 
+#ifndef CS_HAVE_CUDA
+/* The exception of a call that needs the CUDA engine this build lacks. */
+static void
+no_cuda_engine(void)
+{
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
+}
+#endif
+
 /* A tuple of 3 integers into v; -1 with an exception otherwise. */
 static int
 parse_triple(PyObject *t, const char *what, ptrdiff_t v[3])
@@ -435,8 +445,7 @@ run_device(PyObject *self, PyObject *args)
     }
     result = info_to_dict(&info);
 #else
-    PyErr_SetString(PyExc_RuntimeError,
-                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
+    no_cuda_engine();
     goto exit;
 #endif
 exit:
@@ -495,8 +504,7 @@ copy_between(PyObject *args, int to_device)
     }
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(PyExc_RuntimeError,
-                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
+    no_cuda_engine();
     return NULL;
 #endif
 }
@@ -545,8 +553,7 @@ device_alloc(PyObject *self, PyObject *args)
     }
     return Py_BuildValue("(Ki)", (unsigned long long)(uintptr_t)ptr, device);
 #else
-    PyErr_SetString(PyExc_RuntimeError,
-                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
+    no_cuda_engine();
     return NULL;
 #endif
 }

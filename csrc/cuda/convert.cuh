@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../stencil.h"
+
 typedef struct f16_bits {
     uint16_t bits;
 } f16_bits;
@@ -77,6 +79,46 @@ static __device__ __forceinline__ double
 to_double(bool_byte b)
 {
     return b.v != 0 ? 1.0 : 0.0;
+}
+
+/*
+ * f(T()) for the element type T of `t` (the value stands for its type:
+ * a launcher templated on T), or CS_ERR_INVALID for an unknown code.
+ */
+template <class F>
+static inline cs_status
+cs_dtype_dispatch(cs_dtype t, F f)
+{
+    switch (t) {
+    case CS_DTYPE_FLOAT64:
+        return f(double());
+    case CS_DTYPE_FLOAT32:
+        return f(float());
+    case CS_DTYPE_FLOAT16:
+        return f(f16_bits());
+    case CS_DTYPE_BFLOAT16:
+        return f(bf16_bits());
+    case CS_DTYPE_INT8:
+        return f(int8_t());
+    case CS_DTYPE_INT16:
+        return f(int16_t());
+    case CS_DTYPE_INT32:
+        return f(int32_t());
+    case CS_DTYPE_INT64:
+        return f(int64_t());
+    case CS_DTYPE_UINT8:
+        return f(uint8_t());
+    case CS_DTYPE_UINT16:
+        return f(uint16_t());
+    case CS_DTYPE_UINT32:
+        return f(uint32_t());
+    case CS_DTYPE_UINT64:
+        return f(uint64_t());
+    case CS_DTYPE_BOOL:
+        return f(bool_byte());
+    default:
+        return CS_ERR_INVALID;
+    }
 }
 
 #endif /* CS_CUDA_CONVERT_CUH */

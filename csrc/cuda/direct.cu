@@ -195,36 +195,12 @@ cs_cuda_direct_step(cs_cuda_ctx *ctx, const cs_darray *in,
     }
     const dim3 grid((unsigned)gx,
                     (unsigned)(row_blocks < 65535 ? row_blocks : 65535));
-    switch (in->dtype) {
-    case CS_DTYPE_FLOAT64:
-        return launch<double>(ctx, &p, grid);
-    case CS_DTYPE_FLOAT32:
-        return launch<float>(ctx, &p, grid);
-    case CS_DTYPE_FLOAT16:
-        return launch<f16_bits>(ctx, &p, grid);
-    case CS_DTYPE_BFLOAT16:
-        return launch<bf16_bits>(ctx, &p, grid);
-    case CS_DTYPE_INT8:
-        return launch<int8_t>(ctx, &p, grid);
-    case CS_DTYPE_INT16:
-        return launch<int16_t>(ctx, &p, grid);
-    case CS_DTYPE_INT32:
-        return launch<int32_t>(ctx, &p, grid);
-    case CS_DTYPE_INT64:
-        return launch<int64_t>(ctx, &p, grid);
-    case CS_DTYPE_UINT8:
-        return launch<uint8_t>(ctx, &p, grid);
-    case CS_DTYPE_UINT16:
-        return launch<uint16_t>(ctx, &p, grid);
-    case CS_DTYPE_UINT32:
-        return launch<uint32_t>(ctx, &p, grid);
-    case CS_DTYPE_UINT64:
-        return launch<uint64_t>(ctx, &p, grid);
-    case CS_DTYPE_BOOL:
-        return launch<bool_byte>(ctx, &p, grid);
-    default:
+    const cs_status st = cs_dtype_dispatch(in->dtype, [&](auto element) {
+        return launch<decltype(element)>(ctx, &p, grid);
+    });
+    if (st == CS_ERR_INVALID) {
         cs_cuda_message(ctx, "cs_cuda_direct_step: unknown dtype %d",
                         (int)in->dtype);
-        return CS_ERR_INVALID;
     }
+    return st;
 }

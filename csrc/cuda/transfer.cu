@@ -39,10 +39,14 @@ typedef struct array_params {
     int *nonfinite;      /* NULL, or set to 1 where a value is not finite */
 } array_params;
 
-/* Blocks of rows as in halo.cu's copy_box_kernel. */
-template <class T>
-__global__ void
-load_array_kernel(const array_params p)
+/*
+ * body(z, y, x) for each element of p's box this thread visits: blocks
+ * of rows as in halo.cu's copy_box_kernel (grid.x covers a row, grid.y
+ * strides over the rows (z, y)); threads past a row's end visit none.
+ */
+template <class Body>
+static __device__ __forceinline__ void
+for_box_elements(const array_params &p, Body body)
 {
     const int tx = threadIdx.x & (p.row_threads - 1);
     const int ty = threadIdx.x / p.row_threads;
@@ -54,61 +58,54 @@ load_array_kernel(const array_params p)
     for (ptrdiff_t r = (ptrdiff_t)blockIdx.y * block_rows + ty; r < p.rows;
          r += (ptrdiff_t)gridDim.y * block_rows) {
         const ptrdiff_t z = r / p.ey;
-        const ptrdiff_t y = r - z * p.ey;
-        const T *src =
-            (const T *)(p.array + z * p.sz + y * p.sy + x * p.sx);
-        const double v = to_double(*src);
-        p.grid[z * p.plane + y * p.pitch + x] = v;
-        if (p.nonfinite != NULL && !isfinite(v)) {
-            *p.nonfinite = 1; /* any writer will do: the value is all */
-        }
+        body(z, r - z * p.ey, x);
     }
+}
+
+/* Any writer of the flag will do: its value is all that counts. */
+static __device__ __forceinline__ void
+note_nonfinite(const array_params &p, int bad)
+{
+    if (bad && p.nonfinite != NULL) {
+        *p.nonfinite = 1;
+    }
+}
+
+template <class T>
+__global__ void
+load_array_kernel(const array_params p)
+{
+    int bad = 0;
+    for_box_elements(p, [&](ptrdiff_t z, ptrdiff_t y, ptrdiff_t x) {
+        const double v =
+            to_double(*(const T *)(p.array + z * p.sz + y * p.sy + x * p.sx));
+        p.grid[z * p.plane + y * p.pitch + x] = v;
+        bad |= !isfinite(v);
+    });
+    note_nonfinite(p, bad);
 }
 
 __global__ void
 store_array_kernel(const array_params p)
 {
-    const int tx = threadIdx.x & (p.row_threads - 1);
-    const int ty = threadIdx.x / p.row_threads;
-    const int block_rows = blockDim.x / p.row_threads;
-    const ptrdiff_t x = (ptrdiff_t)blockIdx.x * p.row_threads + tx;
-    if (x >= p.ex) {
-        return;
-    }
-    for (ptrdiff_t r = (ptrdiff_t)blockIdx.y * block_rows + ty; r < p.rows;
-         r += (ptrdiff_t)gridDim.y * block_rows) {
-        const ptrdiff_t z = r / p.ey;
-        const ptrdiff_t y = r - z * p.ey;
-        double *dst = (double *)(p.array + z * p.sz + y * p.sy + x * p.sx);
+    int bad = 0;
+    for_box_elements(p, [&](ptrdiff_t z, ptrdiff_t y, ptrdiff_t x) {
         const double v = p.grid[z * p.plane + y * p.pitch + x];
-        *dst = v;
-        if (p.nonfinite != NULL && !isfinite(v)) {
-            *p.nonfinite = 1;
-        }
-    }
+        *(double *)(p.array + z * p.sz + y * p.sy + x * p.sx) = v;
+        bad |= !isfinite(v);
+    });
+    note_nonfinite(p, bad);
 }
 
 /* Only the check: is any value of the box not finite? */
 __global__ void
 check_finite_kernel(const array_params p)
 {
-    const int tx = threadIdx.x & (p.row_threads - 1);
-    const int ty = threadIdx.x / p.row_threads;
-    const int block_rows = blockDim.x / p.row_threads;
-    const ptrdiff_t x = (ptrdiff_t)blockIdx.x * p.row_threads + tx;
-    if (x >= p.ex) {
-        return;
-    }
     int bad = 0;
-    for (ptrdiff_t r = (ptrdiff_t)blockIdx.y * block_rows + ty; r < p.rows;
-         r += (ptrdiff_t)gridDim.y * block_rows) {
-        const ptrdiff_t z = r / p.ey;
-        const ptrdiff_t y = r - z * p.ey;
+    for_box_elements(p, [&](ptrdiff_t z, ptrdiff_t y, ptrdiff_t x) {
         bad |= !isfinite(p.grid[z * p.plane + y * p.pitch + x]);
-    }
-    if (bad) {
-        *p.nonfinite = 1;
-    }
+    });
+    note_nonfinite(p, bad);
 }
 
 /* ------------------------------------------------------------------------
@@ -200,38 +197,14 @@ cs_cuda_load_array(cs_cuda_ctx *ctx, const cs_dgrid *dst,
     if (ext[0] == 0 || ext[1] == 0 || ext[2] == 0) {
         return CS_OK;
     }
-    switch (src->dtype) {
-    case CS_DTYPE_FLOAT64:
-        return launch_load<double>(ctx, &p, grid);
-    case CS_DTYPE_FLOAT32:
-        return launch_load<float>(ctx, &p, grid);
-    case CS_DTYPE_FLOAT16:
-        return launch_load<f16_bits>(ctx, &p, grid);
-    case CS_DTYPE_BFLOAT16:
-        return launch_load<bf16_bits>(ctx, &p, grid);
-    case CS_DTYPE_INT8:
-        return launch_load<int8_t>(ctx, &p, grid);
-    case CS_DTYPE_INT16:
-        return launch_load<int16_t>(ctx, &p, grid);
-    case CS_DTYPE_INT32:
-        return launch_load<int32_t>(ctx, &p, grid);
-    case CS_DTYPE_INT64:
-        return launch_load<int64_t>(ctx, &p, grid);
-    case CS_DTYPE_UINT8:
-        return launch_load<uint8_t>(ctx, &p, grid);
-    case CS_DTYPE_UINT16:
-        return launch_load<uint16_t>(ctx, &p, grid);
-    case CS_DTYPE_UINT32:
-        return launch_load<uint32_t>(ctx, &p, grid);
-    case CS_DTYPE_UINT64:
-        return launch_load<uint64_t>(ctx, &p, grid);
-    case CS_DTYPE_BOOL:
-        return launch_load<bool_byte>(ctx, &p, grid);
-    default:
+    const cs_status st = cs_dtype_dispatch(src->dtype, [&](auto element) {
+        return launch_load<decltype(element)>(ctx, &p, grid);
+    });
+    if (st == CS_ERR_INVALID) {
         cs_cuda_message(ctx, "device array: unknown dtype code %d",
                         (int)src->dtype);
-        return CS_ERR_INVALID;
     }
+    return st;
 }
 
 cs_status
