@@ -16,9 +16,10 @@ import numpy as np
 from . import _backends, _core, _device, _memory, _presets, _watch
 from ._stencil import Stencil, as_weights
 
-# Codes shared with csrc/stencil.h (cs_mode).
-MODE_CODES = {"constant": 0, "wrap": 1, "nearest": 2, "reflect": 3,
-              "mirror": 4}
+# Mode name -> cs_mode code (csrc/stencil.h, exported by _core).
+MODE_CODES = {"constant": _core.MODE_CONSTANT, "wrap": _core.MODE_WRAP,
+              "nearest": _core.MODE_NEAREST, "reflect": _core.MODE_REFLECT,
+              "mirror": _core.MODE_MIRROR}
 MODE_ALIASES = {"periodic": "wrap"}
 
 # Rebound (never mutated) by each call, so a reader in another thread

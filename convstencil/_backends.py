@@ -4,11 +4,16 @@ import atexit
 
 from . import _core
 
-# Backend name -> (engine code, GPU path code), codes shared with
-# csrc/module.c and csrc/cuda/cuda_engine.h (cs_cuda_path).  "cuda" lets
-# the engine pick the path; "cuda-tc" and "cuda-core" force one.
-BACKEND_CODES = {"cpu": (0, 0), "cpu-tc": (1, 0), "cuda": (2, 0),
-                 "cuda-tc": (2, 1), "cuda-core": (2, 2)}
+# Backend name -> (engine code, GPU path code), the codes of
+# csrc/module.c and csrc/stencil.h (cs_cuda_path), exported by _core.
+# "cuda" lets the engine pick the path; "cuda-tc" and "cuda-core" force
+# one.
+BACKEND_CODES = {
+    "cpu": (_core.BACKEND_CPU, _core.PATH_AUTO),
+    "cpu-tc": (_core.BACKEND_CPU_TC, _core.PATH_AUTO),
+    "cuda": (_core.BACKEND_CUDA, _core.PATH_AUTO),
+    "cuda-tc": (_core.BACKEND_CUDA, _core.PATH_TENSOR_CORE),
+    "cuda-core": (_core.BACKEND_CUDA, _core.PATH_CUDA_CORE)}
 CUDA_BACKENDS = ("cuda", "cuda-tc", "cuda-core")
 
 _cuda_status = None

@@ -25,7 +25,7 @@
 #define CS_NO_CUDA_REASON "built without the CUDA engine"
 #endif
 
-/* Backend codes; convstencil/_apply.py mirrors them. */
+/* Backend codes, exported as BACKEND_* (convstencil/_backends.py). */
 enum {
     BACKEND_CPU = 0,
     BACKEND_CPU_TC = 1,
@@ -686,7 +686,8 @@ static struct PyModuleDef core_module = {
     -1, core_methods, NULL, NULL, NULL, NULL
 };
 
-/* Codes Python passes to run(): defined here once, read by _apply.py. */
+/* Codes Python passes to run(): defined here once (and in the C headers
+   they come from), read by _apply.py, _backends.py and _device.py. */
 static int
 add_codes(PyObject *m)
 {
@@ -694,6 +695,14 @@ add_codes(PyObject *m)
         const char *name;
         int value;
     } codes[] = {
+        {"MODE_CONSTANT", CS_MODE_CONSTANT}, {"MODE_WRAP", CS_MODE_WRAP},
+        {"MODE_NEAREST", CS_MODE_NEAREST},   {"MODE_REFLECT", CS_MODE_REFLECT},
+        {"MODE_MIRROR", CS_MODE_MIRROR},
+        {"BACKEND_CPU", BACKEND_CPU},        {"BACKEND_CPU_TC", BACKEND_CPU_TC},
+        {"BACKEND_CUDA", BACKEND_CUDA},
+        {"PATH_AUTO", CS_CUDA_PATH_AUTO},
+        {"PATH_TENSOR_CORE", CS_CUDA_PATH_TENSOR_CORE},
+        {"PATH_CUDA_CORE", CS_CUDA_PATH_CUDA_CORE},
         {"DTYPE_FLOAT64", CS_DTYPE_FLOAT64}, {"DTYPE_FLOAT32", CS_DTYPE_FLOAT32},
         {"DTYPE_FLOAT16", CS_DTYPE_FLOAT16},
         {"DTYPE_BFLOAT16", CS_DTYPE_BFLOAT16}, {"DTYPE_INT8", CS_DTYPE_INT8},

@@ -74,6 +74,15 @@ typedef enum cs_mode {
 ptrdiff_t
 cs_extend_index(ptrdiff_t i, ptrdiff_t n, cs_mode mode);
 
+/* The GPU engine's paths (cuda_engine.h; here so that every build can
+   name them to Python). */
+typedef enum cs_cuda_path {
+    CS_CUDA_PATH_AUTO = 0,        /* tensor cores where they pay (2D and
+                                     3D kernels up to 7 per axis) */
+    CS_CUDA_PATH_TENSOR_CORE = 1, /* dual tessellation on FP64 MMA */
+    CS_CUDA_PATH_CUDA_CORE = 2    /* shared-memory tiled direct stencil */
+} cs_cuda_path;
+
 /* Element types a grid may arrive in (the engines compute in float64;
    convstencil._core exports the codes as DTYPE_*). */
 typedef enum cs_dtype {

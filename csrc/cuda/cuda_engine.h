@@ -24,12 +24,6 @@
 extern "C" {
 #endif
 
-typedef enum cs_cuda_path {
-    CS_CUDA_PATH_AUTO = 0,        /* tensor cores where they pay (2D and
-                                     3D kernels up to 7 per axis) */
-    CS_CUDA_PATH_TENSOR_CORE = 1, /* dual tessellation on FP64 MMA */
-    CS_CUDA_PATH_CUDA_CORE = 2    /* shared-memory tiled direct stencil */
-} cs_cuda_path;
 
 /*
  * Number of visible CUDA devices (>= 0), or -1 when the runtime cannot
