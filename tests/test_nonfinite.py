@@ -56,13 +56,16 @@ def grid_with(rng, shape, kind):
         g[(0,) * len(shape)] = np.inf
         g[tuple(n - 1 for n in shape)] = -np.inf
         g[mid] = np.nan
+    elif kind == "nan-column":
+        g[..., shape[-1] // 3] = np.nan  # a column (2D), a plane (3D)
     elif kind == "nan-row":
-        g[..., shape[-1] // 3] = np.nan  # a whole column (a point in 1D)
+        g[shape[0] // 3] = np.nan  # a row (2D), a plane (3D), a point (1D)
     return g
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("kind", ["nan-middle", "inf-edges", "nan-row"])
+@pytest.mark.parametrize("kind", ["nan-middle", "inf-edges", "nan-column",
+                                  "nan-row"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", list(cs.PRESETS))
 def test_presets_nonfinite(name, mode, kind, backend, rng):
