@@ -15,6 +15,7 @@
  */
 #include "direct.cuh"
 #include "convert.cuh"
+#include "kernels.cuh"
 #include "extend_index.cuh"
 
 #include <stdint.h>
@@ -182,19 +183,12 @@ cs_cuda_direct_step(cs_cuda_ctx *ctx, const cs_darray *in,
     p.mode = (int)mode;
     p.cval = cval;
     p.nonfinite = nonfinite;
-    p.row_threads = 256;
-    while (p.row_threads > 1 && p.row_threads / 2 >= p.n[2]) {
-        p.row_threads /= 2;
-    }
-    const ptrdiff_t gx = CEIL_DIV(p.n[2], (ptrdiff_t)p.row_threads);
-    const ptrdiff_t row_blocks =
-        CEIL_DIV(p.n[0] * p.n[1], (ptrdiff_t)(256 / p.row_threads));
-    if (gx > 0x7fffffff) {
+    dim3 grid;
+    if (!cs_row_blocks(p.n[2], p.n[0] * p.n[1], 256, &p.row_threads,
+                       &grid)) {
         cs_cuda_message(ctx, "cs_cuda_direct_step: rows too long");
         return CS_ERR_UNSUPPORTED;
     }
-    const dim3 grid((unsigned)gx,
-                    (unsigned)(row_blocks < 65535 ? row_blocks : 65535));
     const cs_status st = cs_dtype_dispatch(in->dtype, [&](auto element) {
         return launch<decltype(element)>(ctx, &p, grid);
     });

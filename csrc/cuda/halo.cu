@@ -207,19 +207,11 @@ cs_cuda_copy_box(cs_cuda_ctx *ctx, const cs_dgrid *dst,
     p.ex = ext[2];
     p.rows = ext[0] * ext[1];
     const int block = 256;
-    p.row_threads = block;
-    while (p.row_threads > 1 && p.row_threads / 2 >= p.ex) {
-        p.row_threads /= 2;
-    }
-    const ptrdiff_t gx = CEIL_DIV(p.ex, (ptrdiff_t)p.row_threads);
-    const ptrdiff_t row_blocks =
-        CEIL_DIV(p.rows, (ptrdiff_t)(block / p.row_threads));
-    const ptrdiff_t gy = row_blocks < 65535 ? row_blocks : 65535;
-    if (gx > 0x7fffffff) {
+    dim3 grid;
+    if (!cs_row_blocks(p.ex, p.rows, block, &p.row_threads, &grid)) {
         cs_cuda_message(ctx, "cs_cuda_copy_box: rows too long");
         return CS_ERR_UNSUPPORTED;
     }
-    dim3 grid((unsigned)gx, (unsigned)gy);
     copy_box_kernel<<<grid, block, 0, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, "copy_box_kernel");
 }

@@ -41,6 +41,31 @@ typedef struct cs_dkernel {
     int size[3];           /* odd extents */
 } cs_dkernel;
 
+/*
+ * The launch shape of the kernels that walk a box in blocks of rows
+ * (halo.cu's copy_box, transfer.cu, direct.cu): blocks of `block`
+ * threads, each row `*row_threads` wide (a power of two, no wider than
+ * a row of ex needs), grid.x covering a row, grid.y (at most 65535)
+ * striding over `rows` rows.  0 when a row would need 2^31 blocks.
+ */
+static inline int
+cs_row_blocks(ptrdiff_t ex, ptrdiff_t rows, int block, int *row_threads,
+              dim3 *grid)
+{
+    int rt = block;
+    while (rt > 1 && rt / 2 >= ex) {
+        rt /= 2;
+    }
+    const ptrdiff_t gx = CEIL_DIV(ex, (ptrdiff_t)rt);
+    const ptrdiff_t gy = CEIL_DIV(rows, (ptrdiff_t)(block / rt));
+    if (gx > 0x7fffffff) {
+        return 0;
+    }
+    *row_threads = rt;
+    *grid = dim3((unsigned)gx, (unsigned)(gy < 65535 ? gy : 65535));
+    return 1;
+}
+
 /* ---- halo.cu ---------------------------------------------------------- */
 
 /* Fill every halo element of g from its interior per `mode`. */

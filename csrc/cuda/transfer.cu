@@ -160,20 +160,10 @@ array_launch_shape(cs_cuda_ctx *ctx, const cs_dgrid *g,
     p->ey = ext[1];
     p->ex = ext[2];
     p->rows = ext[0] * ext[1];
-    const int block = 256;
-    p->row_threads = block;
-    while (p->row_threads > 1 && p->row_threads / 2 >= p->ex) {
-        p->row_threads /= 2;
-    }
-    const ptrdiff_t gx = CEIL_DIV(p->ex, (ptrdiff_t)p->row_threads);
-    const ptrdiff_t row_blocks =
-        CEIL_DIV(p->rows, (ptrdiff_t)(block / p->row_threads));
-    if (gx > 0x7fffffff) {
+    if (!cs_row_blocks(p->ex, p->rows, 256, &p->row_threads, grid)) {
         cs_cuda_message(ctx, "device array copy: rows too long");
         return CS_ERR_UNSUPPORTED;
     }
-    *grid = dim3((unsigned)gx,
-                 (unsigned)(row_blocks < 65535 ? row_blocks : 65535));
     return CS_OK;
 }
 
