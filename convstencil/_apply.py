@@ -238,6 +238,14 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
     src = _as_grid(grid, out)
     _check_ndim(src.shape, w)
     name = _resolve_backend(backend, src.ndim, w)
+    if every is not None:
+        # segments keep states of their own: up to three more host grids
+        # on the CPU (two spares, a staged last segment), one on the GPU
+        extra = 1 if name in _backends.CUDA_BACKENDS else 3
+        _memory.ensure_host_fits(
+            src.nbytes * (extra + 1 + (out is None) + (src is not grid)),
+            "a run of %d-step segments on a grid of shape %s"
+            % (every, src.shape))
     if out is None:
         # a separate result: computing in place would make the CPU engine
         # copy the grid first (its passes must not write what they read)

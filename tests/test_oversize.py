@@ -68,3 +68,15 @@ def test_cgroup_file_parsing(tmp_path):
     f.write_text("1073741824\n")
     assert _memory.cgroup_limit_bytes(str(f)) == 1 << 30
     assert _memory.cgroup_limit_bytes(str(tmp_path / "none")) is None
+
+
+def test_watched_runs_count_their_segment_buffers(monkeypatch):
+    # a grid whose copy and result fit, but not the segments' states too
+    grid = np.zeros(1 << 20)  # 8 MiB
+    monkeypatch.setattr(_memory, "physical_bytes", lambda: 30 << 20)
+    monkeypatch.setattr(_memory, "process_limit_bytes", lambda: None)
+    monkeypatch.setattr(_memory, "cgroup_limit_bytes", lambda: None)
+    cs.apply(grid, "heat1d", backend="cpu")  # 16 MiB: fits
+    with pytest.raises(MemoryError, match="segments"):
+        cs.apply(grid, "heat1d", steps=4, every=2, backend="cpu",
+                 callback=lambda s, g: None)
