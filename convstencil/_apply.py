@@ -124,7 +124,8 @@ def _resolve_backend(backend, ndim, weights):
             raise RuntimeError("backend %r is not usable here: %s"
                                % (key, status))
     if key == "cpu-tc":
-        limit = 15 if ndim == 1 else 7
+        # the GPU's tensor-core limits (plan.h), which the emulation runs
+        limit = _core.TC_MAX_SIDE_1D if ndim == 1 else _core.TC_MAX_SIDE
         if max(weights.shape) > limit:
             raise ValueError("backend 'cpu-tc' runs %dD kernels up to %d "
                              "per axis, got shape %s; use backend='cpu'"

@@ -47,9 +47,11 @@ def backends():
 
     "cpu" is the direct C engine, "cpu-tc" the CPU emulation of the
     tensor-core algorithm (for verification, not speed), "cuda" the GPU
-    engine on the path it picks for the kernel (tensor cores or CUDA
-    cores; last_run_info()["path"] says which); "cuda-tc" and
-    "cuda-core" force one path.
+    engine on the path its planner picks for the kernel (csrc/plan.c:
+    tensor cores for the kernels they fuse, CUDA cores for planar squares
+    of side 5 and 7 and for the 3D kernels cc3d streams;
+    last_run_info()["path"] says which); "cuda-tc" and "cuda-core" force
+    one path.
 
     >>> convstencil.backends()["cpu"]
     'available'

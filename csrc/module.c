@@ -16,6 +16,7 @@
 
 #include "stencil.h"
 #include "dlpack_glue.h"
+#include "plan_glue.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/tc_emulation.h"
 #ifdef CS_HAVE_CUDA
@@ -675,6 +676,8 @@ static PyMethodDef core_methods[] = {
      "dlpack_info(capsule) -> dict: what a DLPack capsule holds"},
     {"dlpack_export", cs_py_dlpack_export, METH_VARARGS,
      "dlpack_export(data, device_id, shape, owner) -> DLPack capsule"},
+    {"plan", (PyCFunction)(void (*)(void))cs_py_plan,
+     METH_VARARGS | METH_KEYWORDS, cs_py_plan_doc},
     {"cuda_info", cuda_info, METH_NOARGS, cuda_info_doc},
     {"cuda_mem_info", cuda_mem_info, METH_NOARGS, cuda_mem_info_doc},
     {NULL, NULL, 0, NULL}
@@ -724,7 +727,8 @@ PyInit__core(void)
 {
     import_array();
     PyObject *m = PyModule_Create(&core_module);
-    if (m != NULL && add_codes(m) < 0) {
+    if (m != NULL
+        && (add_codes(m) < 0 || cs_py_plan_add_constants(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

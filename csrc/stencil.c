@@ -45,43 +45,6 @@ cs_interrupt_requested(const cs_interrupt *intr, long steps_done)
            && intr->poll(intr->arg, steps_done) != 0;
 }
 
-static ptrdiff_t
-positive_mod(ptrdiff_t i, ptrdiff_t m)
-{
-    ptrdiff_t r = i % m;
-    return r < 0 ? r + m : r;
-}
-
-ptrdiff_t
-cs_extend_index(ptrdiff_t i, ptrdiff_t n, cs_mode mode)
-{
-    if (i >= 0 && i < n) {
-        return i;
-    }
-    switch (mode) {
-    case CS_MODE_CONSTANT:
-        return -1;
-    case CS_MODE_WRAP:
-        return positive_mod(i, n);
-    case CS_MODE_NEAREST:
-        return i < 0 ? 0 : n - 1;
-    case CS_MODE_REFLECT: {
-        /* period 2n: a b c d | d c b a */
-        ptrdiff_t m = positive_mod(i, 2 * n);
-        return m < n ? m : 2 * n - 1 - m;
-    }
-    case CS_MODE_MIRROR: {
-        /* period 2n - 2: a b c d | c b */
-        if (n == 1) {
-            return 0;
-        }
-        ptrdiff_t m = positive_mod(i, 2 * n - 2);
-        return m < n ? m : 2 * n - 2 - m;
-    }
-    }
-    return -1;
-}
-
 ptrdiff_t
 cs_kernel_count(const cs_kernel *k)
 {
@@ -244,13 +207,16 @@ cs_fusion_plan_make(const cs_kernel *k, long steps, cs_mode mode,
             depth++;
         }
     }
-    plan->depth = depth;
-    plan_bands(k, mode, plan);
-    /* the band fix-up needs both edge strips of every banded axis */
-    for (int a = 0; a < 3 && plan->needs_band; a++) {
-        if (plan->band[a] > 0 && shape[a] < 2 * plan->strip[a]) {
-            plan->depth = 1;
-            plan_bands(k, mode, plan);
+    /* the band fix-up needs both edge strips of every banded axis inside
+       the grid: the deepest depth whose strips fit */
+    for (plan->depth = depth;; plan->depth--) {
+        plan_bands(k, mode, plan);
+        int fits = 1;
+        for (int a = 0; a < 3 && plan->needs_band; a++) {
+            fits &= plan->band[a] == 0 || shape[a] >= 2 * plan->strip[a];
+        }
+        if (fits || plan->depth == 1) {
+            break;
         }
     }
     plan->passes = steps / plan->depth;

@@ -65,20 +65,15 @@ typedef enum cs_mode {
 
 #define CS_MODE_COUNT 5
 
-/*
- * Map an index i (possibly outside [0, n)) to the grid index it reads
- * under `mode`, for n >= 1.  Returns -1 for CS_MODE_CONSTANT when i is
- * outside the grid (the caller reads cval).  Handles |i| much larger
- * than n the way SciPy does (repeated wrapping or reflection).
- */
-ptrdiff_t
-cs_extend_index(ptrdiff_t i, ptrdiff_t n, cs_mode mode);
+/* cs_extend_index, the boundary index map, and the other functions
+   that host and device share */
+#include "host_device.h"
 
 /* The GPU engine's paths (cuda_engine.h; here so that every build can
    name them to Python). */
 typedef enum cs_cuda_path {
-    CS_CUDA_PATH_AUTO = 0,        /* tensor cores where they pay (2D and
-                                     3D kernels up to 7 per axis) */
+    CS_CUDA_PATH_AUTO = 0,        /* the path plan.c picks for the
+                                     kernel (cs_plan_make) */
     CS_CUDA_PATH_TENSOR_CORE = 1, /* dual tessellation on FP64 MMA */
     CS_CUDA_PATH_CUDA_CORE = 2    /* shared-memory tiled direct stencil */
 } cs_cuda_path;
@@ -152,9 +147,9 @@ typedef struct cs_fusion_plan {
 
 /*
  * The deepest fusion whose composed kernel fits max_side[a] along every
- * axis a (a side of 1 always fits), reduced to depth 1 when the grid is
- * too small for the band fix-up (shape[a] < 2*strip[a] on a banded
- * axis) or steps < depth.  max_side entries must be odd and >= 1.
+ * axis a (a side of 1 always fits) and at most `steps` deep, reduced
+ * until the grid holds the band fix-up's two edge strips on every banded
+ * axis (shape[a] >= 2*strip[a]).  max_side entries must be odd and >= 1.
  */
 cs_status
 cs_fusion_plan_make(const cs_kernel *k, long steps, cs_mode mode,

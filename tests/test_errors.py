@@ -67,7 +67,7 @@ CASES = {
     "cpu-tc-3x9": (G2, lambda r: dict(weights=_w((3, 9), 1 / 27),
                                       backend="cpu-tc"),
                    ValueError, r"\b7\b", []),
-    "cpu-tc-17": (G1, lambda r: dict(weights=_w((17,), 1 / 17),
+    "cpu-tc-33": (G1, lambda r: dict(weights=_w((33,), 1 / 33),
                                      backend="cpu-tc"),
                   ValueError, r"15", []),
     "cpu-tc-9x9x9": (G3, lambda r: dict(weights=_w((9, 9, 9), 1 / 729),

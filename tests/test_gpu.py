@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import convstencil as cs
+from convstencil import _core
+from convstencil._apply import MODE_CODES
 from conftest import assert_close, gpu, random_weights
 
 pytestmark = gpu
@@ -75,30 +77,25 @@ def check_all_paths(grid, weights, steps, mode, cval, ctx, backends=None):
     return infos
 
 
+def planned(weights, steps, shape, mode, path, max_depth=None):
+    """The engine's plan (csrc/plan.c, tested on its own in test_plan.py)
+    for this problem on an sm_90 device: the GPU must run what it says."""
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    return _core.plan(tuple(shape), w, MODE_CODES[mode], steps, path,
+                      cc_major=9, max_depth=int(max_depth or 0))
+
+
 def expected_depth(weights, steps, shape, mode, max_depth=None, max_side=7):
-    """The fusion depth the tensor-core path should choose: the most steps
-    (at most `steps`, and at most `max_depth` when given) whose composed
-    kernel stays within `max_side` per axis (7; 31 points for 1D kernels);
-    1 for a 1x1 kernel, for a 3D kernel of
-    several planes unless `max_depth` is given, and 1 when a band
-    fix-up is needed (every mode but wrap) and the grid is narrower than
-    the two edge strips of that depth."""
-    sides = weights.shape
-    if max(sides) == 1:
-        return 1
-    if len(sides) == 3 and sides[0] > 1 and max_depth is None:
-        return 1  # 3D kernels are not fused unless MAX_DEPTH asks for it
-    depth = 1
-    while depth < steps and all((depth + 1) * (s - 1) + 1 <= max_side
-                                for s in sides) \
-            and (max_depth is None or depth < max_depth):
-        depth += 1
-    if mode != "wrap":
-        for s, n in zip(sides, shape):
-            r = (s - 1) // 2
-            if r > 0 and n < 2 * (2 * depth - 1) * r:
-                return 1
-    return depth
+    """The fusion depth of the tensor-core path (`max_side` is the plan's
+    business: kept for the callers that name it)."""
+    return planned(weights, steps, shape, mode, _core.PATH_TENSOR_CORE,
+                   max_depth)["fused_depth"]
+
+
+def expected_cuda_core_depth(weights, steps, shape, mode, max_depth=None):
+    """The fusion depth of the CUDA-core path."""
+    return planned(weights, steps, shape, mode, _core.PATH_CUDA_CORE,
+                   max_depth)["fused_depth"]
 
 
 def in_diamond(side):
@@ -108,43 +105,10 @@ def in_diamond(side):
     return np.abs(z) + np.abs(y) + np.abs(x) <= side // 2
 
 
-def streams_on_cuda_cores(weights):
-    """Whether the GPU engine runs this kernel on CUDA cores streaming
-    along z (cc3d), which AUTO prefers to tensor cores: a 3D kernel of
-    several planes, a cube of side 3 or 5, or of side 7 with every weight
-    within distance 3 of the centre in the 1-norm."""
-    w = np.asarray(weights)
-    if w.ndim != 3 or w.shape[0] == 1 or len(set(w.shape)) != 1 \
-            or w.shape[0] not in (3, 5, 7):
-        return False
-    return w.shape[0] < 7 or not np.any(w[~in_diamond(7)])
-
-
-def planar_on_cuda_cores(weights):
-    """Whether AUTO runs this planar kernel on CUDA cores (cc2d) rather
-    than tensor cores, which cannot fuse it: a square of side 5 or 7 (2D,
-    or one z-plane of a 3D kernel)."""
-    w = np.asarray(weights)
-    if w.ndim == 3 and w.shape[0] == 1:
-        w = w[0]
-    return w.ndim == 2 and w.shape[0] == w.shape[1] and w.shape[0] in (5, 7)
-
-
 def auto_path(weights):
-    return ("cuda-core" if streams_on_cuda_cores(weights)
-            or planar_on_cuda_cores(weights) else "tensor-core")
-
-
-def expected_cuda_core_depth(weights, steps, shape, mode, max_depth=None):
-    """The fusion depth of the CUDA-core path: 2 for a 3x3x3 kernel within
-    its 7-point star (one pass of the 5x5x5 square), capped by
-    `max_depth`, 1 for every other kernel and where the grid is too small
-    for the band fix-up."""
+    """The path AUTO takes for this kernel."""
     w = np.asarray(weights)
-    if w.shape != (3, 3, 3) or np.any(w[~in_diamond(3)]):
-        return 1
-    return expected_depth(w, steps, shape, mode,
-                          max_depth=min(2, max_depth or 2), max_side=5)
+    return planned(w, 1, (64,) * w.ndim, "wrap", _core.PATH_AUTO)["path"]
 
 
 # ---------------------------------------------------------------------------

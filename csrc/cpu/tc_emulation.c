@@ -26,15 +26,18 @@
  *          out[z] = sum_dz 2D(in[z + dz - rz], W[dz]).
  *   4. Store the outputs that lie inside the grid.
  *
- * Time steps follow the GPU's fusion plan (cs_fusion_plan_make with max
- * side 7 per axis in 2D/3D, 15 along x in 1D): `passes` passes of the
+ * Time steps follow the GPU's plan (cs_plan_make for the tensor-core
+ * path of a device with FP64 tensor cores): `passes` passes of the
  * composed kernel, each corrected near the edges by cs_cpu_fix_bands
- * when the plan needs it, then `remainder` single steps.
+ * when the plan needs it, then `remainder` single steps (emulated on
+ * tensor cores too; the GPU runs them on CUDA cores).  The kernels the
+ * plan refuses are the GPU's: more than 7 per axis, or 31 points in 1D.
  */
 #include "tc_emulation.h"
 
 #include "cpu_engine.h"
 #include "../layout.h"
+#include "../plan.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -48,8 +51,6 @@
 #define TC_TILE_GROUPS CS_MMA_M /* column groups per tile: one m16 MMA */
 #define TC_TILE_ROWS 16         /* output rows per tile (fewer if ny is) */
 #define TC_HALF 8               /* rows and columns of one m8n8k4 */
-#define TC_MAX_SIDE 7           /* kernel side per axis, 2D and 3D */
-#define TC_MAX_SIDE_1D 15       /* kernel length, 1D */
 
 /* A kernel prepared for the emulation: one layout per plane along z. */
 typedef struct tc_kernel {
@@ -99,22 +100,22 @@ kernel_valid(const cs_kernel *k)
     return 1;
 }
 
-/* Does every plane of `k` fit the layout the GPU kernels use? */
-static int
-kernel_fits(const cs_kernel *k)
+/* The GPU's tensor-core plan: a device with FP64 MMA, no depth cap. */
+static cs_status
+tc_plan(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
+        long steps, cs_fusion_plan *fusion)
 {
-    if (k->ndim == 1) {
-        return k->size[1] == 1 && k->size[2] <= TC_MAX_SIDE_1D;
+    cs_caps caps;
+    cs_plan plan;
+    memset(&caps, 0, sizeof(caps));
+    caps.cc_major = 9;
+    cs_status st = cs_plan_make(k, shape, mode, steps,
+                                CS_CUDA_PATH_TENSOR_CORE, &caps, &plan, NULL,
+                                0);
+    if (st == CS_OK) {
+        *fusion = plan.fusion;
     }
-    return k->size[1] <= TC_MAX_SIDE && k->size[2] <= TC_MAX_SIDE;
-}
-
-static void
-fusion_max_side(const cs_kernel *k, ptrdiff_t max_side[3])
-{
-    max_side[0] = k->ndim == 3 ? TC_MAX_SIDE : 1;
-    max_side[1] = k->ndim >= 2 ? TC_MAX_SIDE : 1;
-    max_side[2] = k->ndim == 1 ? TC_MAX_SIDE_1D : TC_MAX_SIDE;
+    return st;
 }
 
 static int
@@ -628,7 +629,6 @@ tc_emulation_run(const double *in, double *out, const ptrdiff_t shape[3],
                  long steps, int num_threads, cs_run_info *info,
                  const cs_interrupt *intr)
 {
-    ptrdiff_t max_side[3];
     cs_fusion_plan plan;
     size_t count;
 
@@ -637,16 +637,11 @@ tc_emulation_run(const double *in, double *out, const ptrdiff_t shape[3],
         || shape[0] < 1 || shape[1] < 1 || shape[2] < 1) {
         return CS_ERR_INVALID;
     }
-    if (!kernel_fits(kernel)) {
-        return CS_ERR_UNSUPPORTED;
-    }
     if (!count_doubles(shape[0], shape[1], shape[2], &count)) {
         return CS_ERR_INVALID;
     }
     int nthreads = resolve_threads(num_threads);
-    fusion_max_side(kernel, max_side);
-    cs_status st = cs_fusion_plan_make(kernel, steps, mode, shape, max_side,
-                                       &plan);
+    cs_status st = tc_plan(kernel, shape, mode, steps, &plan);
     if (st != CS_OK) {
         return st;
     }

@@ -13,12 +13,11 @@ extern "C" {
 #endif
 
 /*
- * Same contract as cs_cpu_apply.  Kernels wider than the layout allows
- * (kx > 15, or ky > 15, or kz any size with a plane that does not fit)
- * return CS_ERR_UNSUPPORTED.  Fuses time steps by the same plan as the
- * GPU (cs_fusion_plan_make with max side 7 per axis in 2D/3D, 15 in 1D)
- * and fixes the boundary band with cs_cpu_fix_bands.  `intr` is polled
- * between passes.
+ * Same contract as cs_cpu_apply.  Runs the GPU's tensor-core plan
+ * (cs_plan_make, plan.h): kernels the GPU's tensor cores do not run
+ * (more than 7 per axis, or 31 points in 1D) return CS_ERR_UNSUPPORTED;
+ * time steps are fused as the plan says and the boundary band fixed
+ * with cs_cpu_fix_bands.  `intr` is polled between passes.
  */
 cs_status
 cs_tc_emulation_apply(const double *in, double *out, const ptrdiff_t shape[3],

@@ -269,79 +269,6 @@ cc2d_kernel(const cc2d_params p)
  * host
  * --------------------------------------------------------------------- */
 
-/* The factors of k x k weights w that are col[dy] * row[dx]: the column
-   and the row through the largest weight, the row divided by it.  0 when
-   every weight is zero (or the largest is NaN). */
-static int
-cc2d_factor(int k, const double *w, double *col, double *row)
-{
-    int top = 0;
-    for (int e = 1; e < k * k; e++) {
-        if (fabs(w[e]) > fabs(w[top])) {
-            top = e;
-        }
-    }
-    if (!(fabs(w[top]) > 0.0)) {
-        return 0;
-    }
-    const int ty = top / k, tx = top % k;
-    for (int d = 0; d < k; d++) {
-        col[d] = w[d * k + tx];
-        row[d] = w[ty * k + d] / w[top];
-    }
-    return 1;
-}
-
-/* Whether w is an outer product: its factors give every weight to within
-   4 ulp, and every zero exactly. */
-static int
-cc2d_is_rank1(int k, const double *w)
-{
-    double col[CC2D_MAX_K], row[CC2D_MAX_K];
-    if (!cc2d_factor(k, w, col, row)) {
-        return 0;
-    }
-    for (int dy = 0; dy < k; dy++) {
-        for (int dx = 0; dx < k; dx++) {
-            const double want = w[dy * k + dx];
-            if (!(fabs(col[dy] * row[dx] - want)
-                  <= 4 * DBL_EPSILON * fabs(want))) {
-                return 0;
-            }
-        }
-    }
-    return 1;
-}
-
-/* Whether every nonzero weight of w is on its centre row or column. */
-static int
-cc2d_is_plus(int k, const double *w)
-{
-    const int r = (k - 1) / 2;
-    for (int dy = 0; dy < k; dy++) {
-        for (int dx = 0; dx < k; dx++) {
-            if (dy != r && dx != r && w[dy * k + dx] != 0.0) {
-                return 0;
-            }
-        }
-    }
-    return 1;
-}
-
-int
-cs_cuda_cc2d_shape(const int size[3], const double *weights)
-{
-    const int k = size[1];
-    if (weights == NULL || size[0] != 1 || size[2] != k
-        || (k != 3 && k != 5 && k != 7)) {
-        return -1;
-    }
-    if (cc2d_is_plus(k, weights)) {
-        return CS_CC2D_PLUS; /* 2 k - 1 taps: cheaper than the factors */
-    }
-    return cc2d_is_rank1(k, weights) ? CS_CC2D_RANK1 : CS_CC2D_BOX;
-}
-
 /* Launch the <K, SHAPE> instance: the 7 x 7 box in blocks of 256
    threads, two per SM, the others in blocks of 512 (on the H100, 153
    against 144 GStencils/s for box2d49p, 172 against 157 for star2d13p:
@@ -397,8 +324,9 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     memset(&p, 0, sizeof(p));
     cs_params_grids(&p, in, out);
     memcpy(p.w, k->host_weights, (size_t)ks * ks * sizeof(double));
-    /* shape is cs_cuda_cc2d_shape's: RANK1 was checked there */
-    if (shape == CS_CC2D_RANK1 && !cc2d_factor(ks, p.w, p.col, p.row)) {
+    /* shape is cs_cc2d_taps's: RANK1 was checked there */
+    if (shape == CS_CC2D_RANK1
+        && !cs_outer_factors(ks, ks, p.w, p.col, p.row)) {
         cs_cuda_message(ctx, "cs_cuda_cc2d_step: no factors of a zero "
                              "kernel");
         return CS_ERR_INVALID;

@@ -264,31 +264,6 @@ cc3d_kernel(const cc3d_params p)
  * host
  * --------------------------------------------------------------------- */
 
-int
-cs_cuda_cc3d_shape(const int size[3], const double *weights)
-{
-    const int k = size[0];
-    if (weights == NULL || k != size[1] || k != size[2]
-        || (k != 3 && k != 5 && k != 7)) {
-        return -1;
-    }
-    const int r = (k - 1) / 2;
-    for (int dz = 0; dz < k; dz++) {
-        for (int dy = 0; dy < k; dy++) {
-            for (int dx = 0; dx < k; dx++) {
-                const int d = cc3d_abs(dz - r) + cc3d_abs(dy - r)
-                              + cc3d_abs(dx - r);
-                if (d > r && weights[(dz * k + dy) * k + dx] != 0.0) {
-                    /* a box; of side 7 (343 taps per point, registers
-                       past what streaming allows) the generic kernel's */
-                    return k == 7 ? -1 : CS_CC3D_BOX;
-                }
-            }
-        }
-    }
-    return CS_CC3D_DIAMOND;
-}
-
 /* Launch the <K, SHAPE, BX> instance over the grid's tiles and z blocks
    (p->tiles_x, p->zc and the rest of *p filled in here). */
 template <int K, int SHAPE, int BX>

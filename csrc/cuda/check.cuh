@@ -13,10 +13,10 @@
  * CONVSTENCIL_CUDA_POISON=1, device memory is filled with NaN (all bits
  * set) when allocated, so a result element no kernel wrote shows up as
  * NaN instead of as a stale value that happens to be right.  With
- * CONVSTENCIL_CUDA_MAX_DEPTH=k (an integer >= 1), the tensor-core path
- * fuses at most k time steps per pass, for measuring what temporal
- * fusion buys (engine.cu, fusion_max_side); any other value fails the
- * call with CS_ERR_INVALID.
+ * CONVSTENCIL_CUDA_MAX_DEPTH=k (an integer >= 1), every path fuses at
+ * most k time steps per pass, for measuring what temporal fusion buys
+ * (engine.cu parses it into the plan's capabilities, plan.c applies it);
+ * any other value fails the call with CS_ERR_INVALID.
  */
 #ifndef CS_CUDA_CHECK_CUH
 #define CS_CUDA_CHECK_CUH
@@ -98,6 +98,24 @@ cs_cuda_check_launch(cs_cuda_ctx *ctx, const char *kernel)
     }
     if (e != cudaSuccess) {
         return cs_cuda_fail(ctx, e, kernel);
+    }
+    return CS_OK;
+}
+
+/*
+ * Before each pass or step: has the caller asked to stop?  Polled on the
+ * host while it queues launches, `steps_done` steps into the run; once
+ * the launch queue is full each launch waits for an earlier one to
+ * finish, so a request is seen within that queue's worth of passes.  The
+ * caller's `out` is written only after the last pass, so it is left as
+ * it was.
+ */
+static inline cs_status
+cs_cuda_check_interrupt(cs_cuda_ctx *ctx, long steps_done)
+{
+    if (cs_interrupt_requested(ctx->intr, steps_done)) {
+        cs_cuda_message(ctx, "interrupted before the last pass");
+        return CS_ERR_INTERRUPTED;
     }
     return CS_OK;
 }

@@ -185,11 +185,11 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
         return CS_ERR_INVALID;
     }
     const int shape =
-        in->n[0] > 1 ? cs_cuda_cc3d_shape(k->size, k->host_weights) : -1;
+        in->n[0] > 1 ? cs_cc3d_taps(k->size, k->host_weights) : -1;
     if (shape >= 0) {
         return cs_cuda_cc3d_step(ctx, in, out, k, shape); /* streams in z */
     }
-    const int shape2 = cs_cuda_cc2d_shape(k->size, k->host_weights);
+    const int shape2 = cs_cc2d_taps(k->size, k->host_weights);
     if (shape2 >= 0 && cc2d_fits(ctx, out, k->size[1], shape2)) {
         return cs_cuda_cc2d_step(ctx, in, out, k, shape2); /* planar */
     }

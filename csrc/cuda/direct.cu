@@ -7,7 +7,7 @@
  * three round trips of the grid through memory.  Here one launch reads
  * the input array where it is (any real dtype, any strides), applies the
  * boundary mode per tap where a point is within reach of an edge
- * (cs_extend_index's mapping, extend_index.cuh; constant mode reads
+ * (cs_extend_index's mapping, host_device.h; constant mode reads
  * cval), and writes the output array.  The taps are the kernel's nonzero
  * weights only, so a zero weight never multiplies a NaN or an infinity
  * (scipy.ndimage skips them too).  This is what a scheme of many
@@ -16,7 +16,6 @@
 #include "direct.cuh"
 #include "convert.cuh"
 #include "kernels.cuh"
-#include "extend_index.cuh"
 
 #include <stdint.h>
 
@@ -34,7 +33,7 @@ typedef struct direct_params {
     const double *tap_w;   /* ntaps weights, device */
     const int *tap_d;      /* 3 * ntaps offsets (dz, dy, dx) - r, device */
     int ntaps;
-    int mode;
+    cs_mode mode;
     double cval;
     int row_threads;       /* threads per row of a block: a power of two */
     int *nonfinite;        /* NULL, or set to 1 where a result is not finite */
@@ -65,9 +64,9 @@ edge_point(const direct_params &p, ptrdiff_t z, ptrdiff_t y, ptrdiff_t x)
         } else if (p.mode == CS_MODE_CONSTANT) {
             v = p.cval;
         } else {
-            v = read_in<T>(p, extend_index(i[0], p.n[0], p.mode),
-                           extend_index(i[1], p.n[1], p.mode),
-                           extend_index(i[2], p.n[2], p.mode));
+            v = read_in<T>(p, cs_extend_index(i[0], p.n[0], p.mode),
+                           cs_extend_index(i[1], p.n[1], p.mode),
+                           cs_extend_index(i[2], p.n[2], p.mode));
         }
         s += p.tap_w[t] * v;
     }
@@ -180,7 +179,7 @@ cs_cuda_direct_step(cs_cuda_ctx *ctx, const cs_darray *in,
     p.tap_w = (const double *)dev_taps;
     p.tap_d = (const int *)((const double *)dev_taps + count);
     p.ntaps = ntaps;
-    p.mode = (int)mode;
+    p.mode = mode;
     p.cval = cval;
     p.nonfinite = nonfinite;
     dim3 grid;

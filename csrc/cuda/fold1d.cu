@@ -37,7 +37,6 @@
  * are a small share of a much longer pass.
  */
 #include "kernels.cuh"
-#include "extend_index.cuh"
 
 /* ------------------------------------------------------------------------
  * kernels
@@ -50,7 +49,7 @@ typedef struct fold_params {
     ptrdiff_t h;       /* x-halo columns */
     ptrdiff_t n;       /* points */
     ptrdiff_t halo_cells, tail_cells;
-    int mode;
+    cs_mode mode;
     double cval;
 } fold_params;
 
@@ -72,7 +71,7 @@ fold_value(const fold_params &p, ptrdiff_t point)
     if (p.mode == CS_MODE_CONSTANT) {
         return p.cval;
     }
-    return p.origin[fold_offset(p, extend_index(point, p.n, p.mode))];
+    return p.origin[fold_offset(p, cs_extend_index(point, p.n, p.mode))];
 }
 
 __global__ void
@@ -138,7 +137,7 @@ fold1d_ends_kernel(const ends_params p)
                        the strip's valid part (n >= 2 * strip) */
                     v = p.src.mode == CS_MODE_CONSTANT
                             ? p.src.cval
-                            : cur[extend_index(point, n, p.src.mode) - base];
+                            : cur[cs_extend_index(point, n, p.src.mode) - base];
                 } else {
                     v = 0.0; /* beyond the strip's inner side: feeds only
                                 positions that are dropped */
@@ -185,7 +184,7 @@ fold_params_of(const cs_dgrid *g, ptrdiff_t n, cs_mode mode, double cval)
     p.n = n;
     p.halo_cells = p.rows * 2 * p.h;
     p.tail_cells = p.rows * p.w - n;
-    p.mode = (int)mode;
+    p.mode = mode;
     p.cval = cval;
     return p;
 }

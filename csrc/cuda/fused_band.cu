@@ -20,7 +20,6 @@
  * output, so it runs right after the pass's main kernel.
  */
 #include "kernels.cuh"
-#include "extend_index.cuh"
 
 #include <string.h>
 
@@ -32,7 +31,7 @@ typedef struct fused_band_params {
     double *out;
     ptrdiff_t in_pitch, in_plane, out_pitch, out_plane;
     ptrdiff_t n[3];
-    int mode;
+    cs_mode mode;
     double cval;
     int taps;                            /* k's nonzero taps: */
     int tap_d[CS_FUSED_BAND_MAX_TAPS][3]; /* offset from the centre */
@@ -77,7 +76,7 @@ fused_band_kernel(const fused_band_params p)
                     if (p.mode == CS_MODE_CONSTANT) {
                         outside = true;
                     } else {
-                        c[a] = extend_index(c[a], p.n[a], p.mode);
+                        c[a] = cs_extend_index(c[a], p.n[a], p.mode);
                     }
                 }
             }
@@ -174,7 +173,7 @@ cs_cuda_fused_band(cs_cuda_ctx *ctx, const cs_dgrid *src, const cs_dgrid *dst,
     p.out_pitch = dst->pitch;
     p.out_plane = dst->plane;
     memcpy(p.n, src->n, sizeof(p.n));
-    p.mode = (int)mode;
+    p.mode = mode;
     p.cval = cval;
     fused_band_boxes(&p, r);
     ptrdiff_t most = 0;

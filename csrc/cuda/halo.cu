@@ -11,14 +11,13 @@
  *   x-slabs  z, y inside,   x outside [0, nx)
  * Each halo element takes cval (constant mode) or the interior element
  * at (ext(z), ext(y), ext(x)), ext being scipy.ndimage's per-axis index
- * mapping (cs_extend_index in stencil.c, ported in extend_index.cuh).
+ * mapping (cs_extend_index, host_device.h: the same code as the CPU's).
  * Halo elements read only interior ones, so one launch has no
  * read-after-write race, and corners come out as scipy extends them
  * (axis by axis).  The flat index is decoded with divisions: the halo is
  * a thin shell, the cost is small next to a stencil pass.
  */
 #include "kernels.cuh"
-#include "extend_index.cuh"
 
 /* ------------------------------------------------------------------------
  * kernels
@@ -30,7 +29,7 @@ typedef struct halo_params {
     ptrdiff_t nz, ny, nx;
     ptrdiff_t hz, hy, hx;
     ptrdiff_t count_z, count_y, count_x; /* elements in each slab kind */
-    int mode;
+    cs_mode mode;
     double cval;
 } halo_params;
 
@@ -69,9 +68,9 @@ halo_fill_kernel(const halo_params p)
         if (p.mode == CS_MODE_CONSTANT) {
             v = p.cval;
         } else {
-            v = p.origin[extend_index(z, p.nz, p.mode) * p.plane
-                         + extend_index(y, p.ny, p.mode) * p.pitch
-                         + extend_index(x, p.nx, p.mode)];
+            v = p.origin[cs_extend_index(z, p.nz, p.mode) * p.plane
+                         + cs_extend_index(y, p.ny, p.mode) * p.pitch
+                         + cs_extend_index(x, p.nx, p.mode)];
         }
         p.origin[z * p.plane + y * p.pitch + x] = v;
     }
@@ -153,7 +152,7 @@ cs_cuda_fill_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, cs_mode mode,
     p.count_z = 2 * p.hz * ey * ex;
     p.count_y = p.nz * 2 * p.hy * ex;
     p.count_x = p.nz * p.ny * 2 * p.hx;
-    p.mode = (int)mode;
+    p.mode = mode;
     p.cval = cval;
     const ptrdiff_t total = p.count_z + p.count_y + p.count_x;
     if (total == 0) {

@@ -15,6 +15,7 @@
 
 #include "check.cuh"
 #include "../layout.h"
+#include "../plan.h"
 #include "../stencil.h"
 
 /*
@@ -154,20 +155,13 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
 
 /* ---- cc3d.cu ---------------------------------------------------------- */
 
-/* The taps cc3d computes: the whole K^3 box, or those within distance
-   (K-1)/2 of the centre in the 1-norm (a 7-point star and its powers). */
-enum { CS_CC3D_BOX = 0, CS_CC3D_DIAMOND = 1 };
+/* The taps cc3d computes (CS_CC3D_BOX: the whole K^3 box, or
+   CS_CC3D_DIAMOND: those within distance (K-1)/2 of the centre in the
+   1-norm, a 7-point star and its powers) are chosen by cs_cc3d_taps
+   (plan.h). */
 
 /*
- * The cc3d tap set that holds every nonzero weight of a kernel of `size`
- * (CS_CC3D_DIAMOND where it suffices), or -1 when cc3d does not run it:
- * a cube of side 3, 5 or 7 (7 only as a diamond), host weights known.
- */
-int
-cs_cuda_cc3d_shape(const int size[3], const double *weights);
-
-/*
- * One step of a kernel of tap set `shape` (cs_cuda_cc3d_shape of k,
+ * One step of a kernel of tap set `shape` (cs_cc3d_taps of k,
  * >= 0), streaming along z: cs_cuda_core_step's contract, whose checks of
  * the grids it relies on (cs_cuda_core_step calls it).
  */
@@ -177,23 +171,13 @@ cs_cuda_cc3d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
 
 /* ---- cc2d.cu ---------------------------------------------------------- */
 
-/* How cc2d computes a kernel: every tap of the K x K box; only the centre
-   row and column (a "plus": star2d13p, the 5-point star); or, for a
-   kernel that is an outer product w[dy][dx] = col[dy] * row[dx] (rank
-   one: box2d49p, Gaussian-like smoothing), a pass along each row and one
-   down the columns (about 2K + K (K - 1) / 8 multiply-adds per output
-   instead of K * K). */
-enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
-
-/*
- * How cc2d computes a kernel of `size` (the cheapest of the three that is
- * exact: CS_CC2D_PLUS when every nonzero weight is on the centre row and
- * column, else CS_CC2D_RANK1 when every weight is col[dy] * row[dx] to
- * within 4 ulp, else CS_CC2D_BOX), or -1 when cc2d does not run it: a
- * planar square of side 3, 5 or 7, host weights known.
- */
-int
-cs_cuda_cc2d_shape(const int size[3], const double *weights);
+/* How cc2d computes a kernel (cs_cc2d_taps, plan.h): every tap of the
+   K x K box (CS_CC2D_BOX); only the centre row and column (CS_CC2D_PLUS:
+   star2d13p, the 5-point star); or, for a kernel that is an outer
+   product w[dy][dx] = col[dy] * row[dx] (CS_CC2D_RANK1: box2d49p,
+   Gaussian-like smoothing), a pass along each row and one down the
+   columns (about 2K + K (K - 1) / 8 multiply-adds per output instead of
+   K * K). */
 
 /* Shared memory (bytes) a cc2d block of a kernel of this side and tap
    set opts into (up to 150 KB: cs_cuda_core_step runs cc2d only where
@@ -202,8 +186,8 @@ size_t
 cs_cuda_cc2d_smem_bytes(int side, int shape);
 
 /*
- * One step of a planar kernel of tap set `shape` (cs_cuda_cc2d_shape of
- * k, >= 0) on every plane: cs_cuda_core_step's contract, whose checks of
+ * One step of a planar kernel of tap set `shape` (cs_cc2d_taps of k,
+ * >= 0) on every plane: cs_cuda_core_step's contract, whose checks of
  * the grids it relies on, and rows of `out` 16-byte aligned (origin,
  * pitch and plane: cs_cuda_core_step checks).
  */
@@ -293,8 +277,6 @@ cs_cuda_tc1d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_tc2d_plan *plan);
 
 /* ---- tc3d.cu ---------------------------------------------------------- */
-
-#define CS_TC3D_MAX_KZ 7 /* planes of the (composed) kernel */
 
 /*
  * A 3D kernel on tensor cores: out[z] = sum over the kernel's z-planes dz

@@ -1,7 +1,7 @@
 #!/bin/bash
 # run.sh [quick|full|tc3d|tc3d-quick] -- check the CUDA engine without a GPU.
 #
-# Builds the real sources of csrc/cuda (and csrc/stencil.c, csrc/layout.c)
+# Builds the real sources of csrc/cuda (and csrc/stencil.c, layout.c, plan.c)
 # as CPU code against the small CUDA emulation in this folder, then runs
 # test_engine: cs_cuda_apply on every path, mode and kernel family against
 # a naive step-by-step correlate, plus the error paths (no device, no
@@ -42,7 +42,7 @@ for f in "$out"/cuda/*.cu; do
 done
 "${cxx[@]}" -c "$here/emu.cpp" -o "$out/emu.o"
 "${cxx[@]}" -c "$here/test_engine.cpp" -o "$out/test_engine.o"
-for f in stencil layout host_copy; do
+for f in stencil layout host_copy plan; do
     gcc -std=c99 -O2 -g -I"$out" "${flags[@]}" -c "$src/$f.c" -o "$out/$f.o"
 done
 "${cxx[@]}" "$out"/*.o -o "$out/test_engine" -lpthread

@@ -1,0 +1,111 @@
+/*
+ * plan.h -- the policy of the engines, in one place: which path runs a
+ * kernel, how many steps one pass fuses, how the boundary band of a
+ * fused pass is fixed, and how a 1D grid is laid out.  Plain C (no CUDA
+ * types): the device's capabilities are passed in, environment
+ * overrides are parsed by the caller, so the whole policy runs, and is
+ * tested, on machines without a GPU (convstencil._core.plan).
+ *
+ * The GPU engine (engine.cu) runs what cs_plan_make says; the CPU
+ * emulation of the tensor-core path (tc_emulation.c) asks for the plan
+ * of a device with FP64 tensor cores and runs the same passes.
+ */
+#ifndef CS_PLAN_H
+#define CS_PLAN_H
+
+#include "stencil.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Tap sets the CUDA-core kernels specialise on (cc2d.cu, cc3d.cu). */
+enum { CS_CC3D_BOX = 0, CS_CC3D_DIAMOND = 1 };
+enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
+
+#define CS_TC_MAX_SIDE 7      /* tc2d/tc3d: one stencil2row tile per axis */
+#define CS_TC_MAX_SIDE_1D 31  /* tc1d: kernels of 9 to 31 points */
+#define CS_TC3D_MAX_KZ 7      /* tc3d: planes of the (composed) kernel */
+#define CS_FOLD_WIDTH 4096    /* points per row of a folded 1D grid: a
+                                 multiple of tc2d's 128-column tile */
+
+/*
+ * cc3d's tap set for the k x k x k weights of extents `size` (a cube of
+ * side 3, 5 or 7): CS_CC3D_DIAMOND when every weight lies within the
+ * 1-norm ball of radius (k-1)/2, else CS_CC3D_BOX for sides 3 and 5;
+ * -1 when cc3d does not run it (any other extents, a 7-cube box).
+ */
+int
+cs_cc3d_taps(const int size[3], const double *weights);
+
+/*
+ * cc2d's tap set for one plane of k x k weights (size {1, k, k}, k = 3,
+ * 5 or 7): CS_CC2D_PLUS when every nonzero weight is on the centre row
+ * and column, else CS_CC2D_RANK1 for an outer product (cs_outer_factors),
+ * else CS_CC2D_BOX; -1 for other extents.
+ */
+int
+cs_cc2d_taps(const int size[3], const double *weights);
+
+/* What the device offers, as the caller found it. */
+typedef struct cs_caps {
+    int cc_major, cc_minor; /* compute capability */
+    long max_depth;         /* a cap on the fused depth for every kernel
+                               (CONVSTENCIL_CUDA_MAX_DEPTH); 0: none */
+} cs_caps;
+
+/* What one fused pass runs. */
+typedef enum cs_pass_kind {
+    CS_PASS_NONE = 0,   /* no fused pass: every step unfused */
+    CS_PASS_TC2D = 1,   /* tensor cores, one z-plane of weights */
+    CS_PASS_TC1D = 2,   /* tensor cores, a 1D kernel of 9..31 points */
+    CS_PASS_TC3D = 3,   /* tensor cores, several z-planes */
+    CS_PASS_CC3D = 4    /* CUDA cores: a 7-point star's square, cc3d */
+} cs_pass_kind;
+
+/* How the outputs near an edge that a fused pass gets wrong are fixed. */
+typedef enum cs_band_kind {
+    CS_BAND_NONE = 0,      /* wrap, or no fused pass */
+    CS_BAND_STRIPS = 1,    /* edge strips stepped as grids of their own */
+    CS_BAND_FOLD_ENDS = 2, /* a folded 1D grid's two ends replayed */
+    CS_BAND_IN_PLACE = 3   /* recomputed in the output (fused_band.cu) */
+} cs_band_kind;
+
+typedef struct cs_plan {
+    cs_cuda_path path;      /* CS_CUDA_PATH_TENSOR_CORE or _CUDA_CORE */
+    cs_pass_kind pass;
+    cs_band_kind band;
+    cs_fusion_plan fusion;  /* depth, passes, remainder, band widths */
+    ptrdiff_t max_side[3];  /* the fused kernel's largest extents */
+    int fold;               /* a 1D grid folded into rows */
+    ptrdiff_t fold_points;  /* its points (the user's grid) */
+    ptrdiff_t fold_width;   /* points per row */
+    ptrdiff_t run_shape[3]; /* the grid as the engine runs it */
+} cs_plan;
+
+/*
+ * The plan for `steps` steps of kernel k on a grid of extents `shape`
+ * under `mode`, on `path` (AUTO: the faster path that runs k) of a device
+ * with `caps`.  CS_ERR_UNSUPPORTED with a message in msg (msg_len bytes)
+ * when `path` cannot run k there; CS_ERR_INVALID for bad arguments.
+ *
+ * The fused depth is the one that needs the fewest launches (passes plus
+ * unfused steps), the deepest of those: 100 steps of a 3-point 1D kernel
+ * run as 7 passes of 14 rather than 6 of 15 and 10 single steps.
+ */
+cs_status
+cs_plan_make(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
+             long steps, cs_cuda_path path, const cs_caps *caps,
+             cs_plan *plan, char *msg, size_t msg_len);
+
+const char *
+cs_pass_kind_name(cs_pass_kind pass);
+
+const char *
+cs_band_kind_name(cs_band_kind band);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CS_PLAN_H */

@@ -1,0 +1,188 @@
+/*
+ * plan_glue.c -- convstencil._core.plan (plan_glue.h).
+ *
+ * The weights arrive through the buffer protocol (a float64 C-contiguous
+ * array of the grid's ndim), so this file needs no NumPy C API.
+ */
+#include "plan_glue.h"
+
+#include "plan.h"
+
+#include <string.h>
+
+const char cs_py_plan_doc[] =
+    "plan(shape, weights, mode, steps, path, cc_major=9, max_depth=0)"
+    " -> dict\n"
+    "\n"
+    "The GPU engine's plan for `steps` steps of `weights` (a float64\n"
+    "C-contiguous array, ndim = len(shape)) on a grid of `shape` under\n"
+    "boundary mode code `mode`, on path code `path` (PATH_*), for a device\n"
+    "of compute capability `cc_major` with the fused depth capped at\n"
+    "`max_depth` (0: no cap; CONVSTENCIL_CUDA_MAX_DEPTH).  The dict names\n"
+    "the path, the pass kind, the band fix-up, the fused depth, passes and\n"
+    "unfused steps, the band widths and the fused kernel's limits per axis\n"
+    "(3D order: z, y, x), and a 1D grid's fold.  ValueError when the path\n"
+    "cannot run the kernel.  The CPU emulation (\"cpu-tc\") runs the plan\n"
+    "of path PATH_TENSOR_CORE on cc_major 9.";
+
+static PyObject *
+triple(const ptrdiff_t v[3])
+{
+    return Py_BuildValue("(nnn)", (Py_ssize_t)v[0], (Py_ssize_t)v[1],
+                         (Py_ssize_t)v[2]);
+}
+
+/* shape (a tuple of 1 to 3 positive ints) as 3D extents; -1 on error. */
+static int
+parse_shape(PyObject *obj, ptrdiff_t shape[3], int *ndim)
+{
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) < 1
+        || PyTuple_GET_SIZE(obj) > 3) {
+        PyErr_SetString(PyExc_ValueError,
+                        "plan: shape must be a tuple of 1 to 3 ints");
+        return -1;
+    }
+    *ndim = (int)PyTuple_GET_SIZE(obj);
+    shape[0] = shape[1] = shape[2] = 1;
+    for (int a = 0; a < *ndim; a++) {
+        const Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(obj, a));
+        if (n == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (n < 1) {
+            PyErr_SetString(PyExc_ValueError,
+                            "plan: every extent of shape must be >= 1");
+            return -1;
+        }
+        shape[3 - *ndim + a] = n;
+    }
+    return 0;
+}
+
+/* The weights buffer as a kernel (owned copy); -1 on error. */
+static int
+parse_weights(PyObject *obj, int ndim, cs_kernel *k)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+        < 0) {
+        return -1;
+    }
+    int rc = -1;
+    ptrdiff_t size[3];
+    if (view.format == NULL || strcmp(view.format, "d") != 0
+        || view.ndim != ndim) {
+        PyErr_Format(PyExc_ValueError,
+                     "plan: weights must be float64 with the grid's ndim "
+                     "(%d)",
+                     ndim);
+        goto done;
+    }
+    for (int a = 0; a < ndim; a++) {
+        size[a] = view.shape[a];
+        if (size[a] < 1 || size[a] % 2 == 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "plan: weights must have an odd size on every "
+                            "axis");
+            goto done;
+        }
+    }
+    if (cs_kernel_init(k, ndim, size, (const double *)view.buf) != CS_OK) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    rc = 0;
+done:
+    PyBuffer_Release(&view);
+    return rc;
+}
+
+static PyObject *
+plan_to_dict(const cs_plan *p)
+{
+    PyObject *band = triple(p->fusion.band);
+    PyObject *strip = triple(p->fusion.strip);
+    PyObject *side = triple(p->max_side);
+    PyObject *run = triple(p->run_shape);
+    PyObject *d = NULL;
+    if (band != NULL && strip != NULL && side != NULL && run != NULL) {
+        d = Py_BuildValue(
+            "{s:s,s:s,s:s,s:i,s:l,s:l,s:O,s:O,s:O,s:O,s:O,s:n}", "path",
+            p->path == CS_CUDA_PATH_TENSOR_CORE ? "tensor-core"
+                                                : "cuda-core",
+            "pass", cs_pass_kind_name(p->pass), "band",
+            cs_band_kind_name(p->band), "fused_depth", p->fusion.depth,
+            "fused_passes", p->fusion.passes, "unfused_steps",
+            p->fusion.remainder, "band_widths", band, "strip_widths", strip,
+            "max_side", side, "run_shape", run, "fold",
+            p->fold ? Py_True : Py_False, "fold_width",
+            (Py_ssize_t)p->fold_width);
+    }
+    Py_XDECREF(band);
+    Py_XDECREF(strip);
+    Py_XDECREF(side);
+    Py_XDECREF(run);
+    return d;
+}
+
+PyObject *
+cs_py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"shape", "weights", "mode", "steps", "path",
+                               "cc_major", "max_depth", NULL};
+    PyObject *shape_obj, *weights_obj;
+    int mode, path, cc_major = 9;
+    long steps, max_depth = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOili|il", keywords,
+                                     &shape_obj, &weights_obj, &mode, &steps,
+                                     &path, &cc_major, &max_depth)) {
+        return NULL;
+    }
+    ptrdiff_t shape[3];
+    int ndim = 0;
+    cs_kernel k = {0};
+    if (parse_shape(shape_obj, shape, &ndim) < 0
+        || parse_weights(weights_obj, ndim, &k) < 0) {
+        return NULL;
+    }
+    if (steps < 0 || mode < 0 || mode >= CS_MODE_COUNT || max_depth < 0
+        || (path != CS_CUDA_PATH_AUTO && path != CS_CUDA_PATH_TENSOR_CORE
+            && path != CS_CUDA_PATH_CUDA_CORE)) {
+        cs_kernel_free(&k);
+        PyErr_SetString(PyExc_ValueError,
+                        "plan: steps and max_depth must be >= 0, mode and "
+                        "path known codes");
+        return NULL;
+    }
+    cs_caps caps;
+    memset(&caps, 0, sizeof(caps));
+    caps.cc_major = cc_major;
+    caps.max_depth = max_depth;
+    cs_plan p;
+    char msg[256] = "";
+    const cs_status st =
+        cs_plan_make(&k, shape, (cs_mode)mode, steps, (cs_cuda_path)path,
+                     &caps, &p, msg, sizeof(msg));
+    cs_kernel_free(&k);
+    if (st != CS_OK) {
+        PyErr_Format(PyExc_ValueError, "plan: %s",
+                     msg[0] ? msg : cs_status_string(st));
+        return NULL;
+    }
+    return plan_to_dict(&p);
+}
+
+int
+cs_py_plan_add_constants(PyObject *module)
+{
+    if (PyModule_AddIntConstant(module, "TC_MAX_SIDE", CS_TC_MAX_SIDE) < 0
+        || PyModule_AddIntConstant(module, "TC_MAX_SIDE_1D",
+                                   CS_TC_MAX_SIDE_1D)
+               < 0
+        || PyModule_AddIntConstant(module, "TC3D_MAX_KZ", CS_TC3D_MAX_KZ)
+               < 0) {
+        return -1;
+    }
+    return 0;
+}

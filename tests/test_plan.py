@@ -1,0 +1,252 @@
+"""The engines' policy (csrc/plan.c) through convstencil._core.plan.
+
+The planner is plain C, so these tests run everywhere: which path runs a
+kernel, the fused depth, the band fix-up and a 1D grid's fold, for every
+preset, every mode and random kernels, checked against the rules the
+plan promises (csrc/plan.h), written out here independently.  The GPU
+tests check that the engine runs what the plan says (last_run_info); the
+"cpu-tc" emulation is checked here to run the tensor-core plan too.
+"""
+import numpy as np
+import pytest
+
+import convstencil
+from convstencil import _core
+from convstencil._presets import PRESETS, preset_weights as _preset
+
+MODE = {"constant": _core.MODE_CONSTANT, "wrap": _core.MODE_WRAP,
+        "nearest": _core.MODE_NEAREST, "reflect": _core.MODE_REFLECT,
+        "mirror": _core.MODE_MIRROR}
+MODES = list(MODE)
+AUTO, TC, CC = _core.PATH_AUTO, _core.PATH_TENSOR_CORE, _core.PATH_CUDA_CORE
+
+
+def grid_for(ndim, n2=4096, n3=96):
+    return {1: (1 << 20,), 2: (n2, n2), 3: (n3, n3, n3)}[ndim]
+
+
+def preset_weights(name):
+    return np.ascontiguousarray(_preset(name), dtype=np.float64)
+
+
+def launches(steps, depth):
+    return steps // depth + steps % depth
+
+
+def sides3(w):
+    """The kernel's extents in the engine's 3D order (leading ones)."""
+    return (1,) * (3 - w.ndim) + tuple(w.shape)
+
+
+def check_plan_rules(p, w, shape, mode, steps, max_depth=0):
+    """What every plan must satisfy, whatever it chose."""
+    depth = p["fused_depth"]
+    assert depth >= 1
+    assert p["fused_passes"] * depth + p["unfused_steps"] == steps, p
+    if p["path"] == "tensor-core" and steps > 0:
+        assert p["unfused_steps"] == steps % depth, p
+    # the fused kernel fits the limits the plan names
+    for k, side in zip(sides3(w), p["max_side"]):
+        assert depth * (k - 1) + 1 <= side, p
+    if max_depth:
+        assert depth <= max(1, max_depth), p
+    # band geometry: (depth-1)*r, read from strips of (2*depth-1)*r
+    needs_band = depth > 1 and mode != "wrap"
+    for k, n, b, s in zip(sides3(w), (1,) * (3 - len(shape)) + shape,
+                          p["band_widths"], p["strip_widths"]):
+        r = (k - 1) // 2
+        assert b == (r * (depth - 1) if needs_band else 0), p
+        assert s == (r * (2 * depth - 1) if needs_band else 0), p
+        assert b == 0 or n >= 2 * s, p  # both strips inside the grid
+    if not needs_band or p["fused_passes"] == 0:
+        assert p["band"] == "none", p
+    elif p["fold"]:
+        assert p["band"] == "fold-ends", p
+    elif p["pass"] == "cc3d":
+        assert p["band"] == "in-place", p
+    else:
+        assert p["band"] == "strips", p
+
+
+def deepest_that_fits(w, shape, mode, steps, max_side):
+    """The rule's starting point, by brute force."""
+    best = 1
+    for d in range(2, steps + 1):
+        if any(d * (k - 1) + 1 > s for k, s in zip(sides3(w), max_side)):
+            break
+        if mode != "wrap" and any(
+                (k - 1) // 2 > 0 and n < 2 * (2 * d - 1) * ((k - 1) // 2)
+                for k, n in zip(sides3(w), (1,) * (3 - len(shape)) + shape)):
+            break
+        best = d
+    return best if max(sides3(w)) > 1 else 1
+
+
+def check_depth_choice(p, w, shape, mode, steps, cap_side):
+    """The depth needs the fewest launches of those that fit, the deepest
+    of equals."""
+    if steps == 0 or p["fused_passes"] == 0 and p["pass"] == "none":
+        return
+    top = deepest_that_fits(w, shape, mode, steps, cap_side)
+    want = min(range(top, 0, -1), key=lambda d: (launches(steps, d), -d))
+    assert p["fused_depth"] == want, (p, top)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 7, 16, 100])
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_auto(name, steps, mode):
+    w = preset_weights(name)
+    shape = grid_for(w.ndim)
+    p = _core.plan(shape, w, MODE[mode], steps, AUTO)
+    check_plan_rules(p, w, shape, mode, steps)
+    if steps == 0:
+        assert p["fused_passes"] == 0 and p["path"] == "cuda-core"
+        return
+    if p["path"] == "tensor-core":
+        limit = (1, 1, 31) if w.ndim == 1 else (7, 7, 7)
+        if w.ndim == 3 and w.shape[0] > 1:
+            limit = sides3(w)  # several planes: not fused
+        check_depth_choice(p, w, shape, mode, steps, limit)
+
+
+def test_auto_paths_of_the_presets():
+    """Tensor cores where they fuse (every 1D preset, the 3x3 2D ones);
+    CUDA cores for planar squares of side 5 and 7 and the 3D presets,
+    which cc2d and cc3d run faster (csrc/plan.c)."""
+    want = {"heat1d": "tc1d", "1d5p": "tc1d", "heat2d": "tc2d",
+            "box2d9p": "tc2d", "star2d13p": "none", "box2d49p": "none",
+            "heat3d": "cc3d", "box3d27p": "none"}
+    for name, pass_kind in want.items():
+        w = preset_weights(name)
+        p = _core.plan(grid_for(w.ndim), w, MODE["constant"], 100, AUTO)
+        assert p["pass"] == pass_kind, (name, p)
+        assert p["path"] == ("cuda-core" if pass_kind in ("none", "cc3d")
+                             else "tensor-core"), (name, p)
+
+
+def test_100_steps_of_heat1d_balance_the_passes():
+    """7 passes of 14 and 2 single steps (9 launches), not 6 passes of 15
+    and 10 single steps (16)."""
+    w = preset_weights("heat1d")
+    p = _core.plan((1 << 27,), w, MODE["wrap"], 100, AUTO)
+    assert (p["fused_depth"], p["fused_passes"], p["unfused_steps"]) \
+        == (14, 7, 2)
+    assert p["fold"] and p["fold_width"] == 4096
+    assert p["run_shape"] == (1, (1 << 27) // 4096, 4096)
+
+
+def random_kernel(rng, sides, density=0.7):
+    w = rng.standard_normal(sides)
+    w[rng.random(sides) > density] = 0.0
+    w[tuple(s // 2 for s in sides)] = 1.0
+    return np.ascontiguousarray(w)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_kernels_every_path(seed):
+    rng = np.random.default_rng(seed)
+    ndim = int(rng.integers(1, 4))
+    odd = [1, 3, 5, 7]
+    sides = tuple(int(rng.choice(odd)) for _ in range(ndim))
+    if ndim == 1:
+        sides = (int(rng.choice([1, 3, 5, 9, 15, 31])),)
+    w = random_kernel(rng, sides)
+    shape = tuple(int(rng.integers(1, 200)) for _ in range(ndim))
+    mode = MODES[int(rng.integers(0, 5))]
+    steps = int(rng.integers(0, 40))
+    max_depth = int(rng.choice([0, 0, 1, 2, 3, 5]))
+    for path in (AUTO, TC, CC):
+        p = _core.plan(shape, w, MODE[mode], steps, path,
+                       max_depth=max_depth)
+        check_plan_rules(p, w, shape, mode, steps, max_depth)
+        if steps > 0 and path == TC:
+            assert p["path"] == "tensor-core"
+            assert p["pass"] in ("tc1d", "tc2d", "tc3d")
+        if path == CC:
+            assert p["path"] == "cuda-core"
+            assert p["pass"] in ("none", "cc3d")
+
+
+def test_cuda_core_fuses_only_the_7_point_star():
+    w = preset_weights("heat3d")
+    p = _core.plan((64, 64, 64), w, MODE["reflect"], 9, CC)
+    assert (p["pass"], p["fused_depth"], p["fused_passes"],
+            p["unfused_steps"], p["band"]) == ("cc3d", 2, 4, 1, "in-place")
+    p = _core.plan((64, 64, 64), w, MODE["reflect"], 9, CC, max_depth=1)
+    assert p["pass"] == "none" and p["unfused_steps"] == 9
+    box = preset_weights("box3d27p")
+    p = _core.plan((64, 64, 64), box, MODE["reflect"], 9, CC)
+    assert p["pass"] == "none" and p["fused_depth"] == 1
+
+
+def test_too_small_for_the_band_is_not_fused():
+    w = preset_weights("heat2d")
+    # depth 3 needs strips of 5 rows at both edges: 10 rows
+    assert _core.plan((9, 100), w, MODE["nearest"], 30, TC)["fused_depth"] \
+        == 2
+    assert _core.plan((5, 100), w, MODE["nearest"], 30, TC)["fused_depth"] \
+        == 1
+    # wrap needs no band: any grid fuses
+    assert _core.plan((1, 1), w, MODE["wrap"], 30, TC)["fused_depth"] == 3
+
+
+def test_device_without_fp64_tensor_cores():
+    w = preset_weights("heat2d")
+    p = _core.plan((100, 100), w, MODE["wrap"], 10, AUTO, cc_major=8)
+    assert p["path"] == "cuda-core" and p["pass"] == "none"
+    with pytest.raises(ValueError, match=r"sm_90"):
+        _core.plan((100, 100), w, MODE["wrap"], 10, TC, cc_major=8)
+
+
+@pytest.mark.parametrize("sides", [(9, 9), (3, 9), (9, 3, 3), (33,)])
+def test_tensor_core_path_refuses_what_it_cannot_run(sides):
+    w = np.full(sides, 1.0 / np.prod(sides))
+    shape = (64,) * len(sides)
+    with pytest.raises(ValueError, match=r"tensor-core path runs"):
+        _core.plan(shape, w, MODE["constant"], 3, TC)
+    p = _core.plan(shape, w, MODE["constant"], 3, AUTO)
+    assert p["path"] == "cuda-core"
+
+
+@pytest.mark.parametrize("args,match", [
+    (((0, 5), np.ones((3, 3)), 0, 1, 0), r"extent"),
+    (((5, 5), np.ones((3,)), 0, 1, 0), r"ndim"),
+    (((5, 5), np.ones((2, 3)), 0, 1, 0), r"odd"),
+    (((5, 5), np.ones((3, 3), np.float32), 0, 1, 0), r"float64"),
+    (((5, 5), np.ones((3, 3)), 9, 1, 0), r"mode"),
+    (((5, 5), np.ones((3, 3)), 0, -1, 0), r"steps"),
+    (((5, 5), np.ones((3, 3)), 0, 1, 7), r"path"),
+    (((1, 2, 3, 4), np.ones((1, 1, 1, 1)), 0, 1, 0), r"1 to 3"),
+])
+def test_bad_arguments(args, match):
+    with pytest.raises(ValueError, match=match):
+        _core.plan(*args)
+
+
+def test_limits_are_exported():
+    assert (_core.TC_MAX_SIDE, _core.TC_MAX_SIDE_1D, _core.TC3D_MAX_KZ) \
+        == (7, 31, 7)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name,steps", [("heat1d", 100), ("heat1d", 31),
+                                        ("1d5p", 23), ("heat2d", 10),
+                                        ("box2d9p", 7), ("heat3d", 5),
+                                        ("box3d27p", 4)])
+def test_cpu_tc_runs_the_tensor_core_plan(name, steps, mode, rng):
+    """The emulation runs the GPU's tensor-core plan, and gives the
+    reference's numbers with it."""
+    w = preset_weights(name)
+    shape = {1: (3001,), 2: (61, 67), 3: (17, 19, 23)}[w.ndim]
+    grid = rng.uniform(-1.0, 1.0, shape)
+    got = convstencil.apply(grid, name, steps=steps, mode=mode,
+                            backend="cpu-tc")
+    info = convstencil.last_run_info()
+    p = _core.plan(shape, w, MODE[mode], steps, TC)
+    assert (info["fused_depth"], info["fused_passes"],
+            info["unfused_steps"]) == (p["fused_depth"], p["fused_passes"],
+                                      p["unfused_steps"])
+    want = convstencil.apply(grid, name, steps=steps, mode=mode,
+                             backend="cpu")
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
