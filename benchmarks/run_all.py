@@ -1,7 +1,7 @@
 """Regenerate every committed results file for one device in one run.
 
     python benchmarks/run_all.py [--dry-run] [--only PATTERN,...] [--quick]
-        [--outdir DIR] [--prefix NAME] [--list]
+        [--outdir DIR] [--prefix NAME] [--gpu]
     benchmarks/run_all.sh ...           (the same)
 
 Runs, from the repository root, the commands that made the files in
@@ -12,8 +12,9 @@ files are named for the device: "NVIDIA H100 80GB HBM3" -> h100_*,
 "NVIDIA H200" -> h200_* (--prefix overrides).
 
 --dry-run prints the commands without running them; --only keeps the
-jobs whose name or output file contains one of the comma-separated
-patterns (e.g. `--only cpu`, `--only 2d,e2e`); --quick runs every
+jobs whose name or output file matches one of the comma-separated shell
+patterns (`--only cpu`, `--only 2d,e2e`, `--only '3d*'`,
+`--only h100_3d_paths.md`); --list-like use: `--dry-run --gpu`; --quick runs every
 benchmark on small grids as a smoke check of the harness (its figures
 mean nothing: the files go to a temporary folder unless --outdir says
 where) and skips the test, profiler and sanitizer runs.  A job that fails
@@ -21,6 +22,7 @@ is reported and the others still run; the exit status is 1 if any failed.
 """
 import argparse
 import datetime
+import fnmatch
 import glob
 import os
 import re
@@ -234,9 +236,8 @@ def main():
     patterns = [p for p in args.only.split(",") if p]
     failed, ran = [], 0
     for job in jobs(prefix):
-        if patterns and not any(p in job.name or any(p in o for o in
-                                                      job.outputs)
-                                for p in patterns):
+        if patterns and not any(fnmatch.fnmatch(n, p) for p in patterns
+                                for n in [job.name] + job.outputs):
             continue
         if not has[job.needs]:
             print("skip %-20s (needs %s)" % (job.name, job.needs))
