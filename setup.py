@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import numpy as np
+import setuptools
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
@@ -115,4 +116,21 @@ def make_extension():
     return ext
 
 
-setup(ext_modules=[make_extension()], cmdclass={"build_ext": BuildExtWithCuda})
+def license_metadata():
+    """The SPDX license expression as PEP 639 metadata where setuptools
+    knows it (77 and later), else the plain license field: pyproject.toml
+    cannot hold the expression itself for setuptools older than 77, which
+    reject `project.license` as a string (pip install --no-build-isolation
+    with the installed setuptools)."""
+    try:
+        major = int(setuptools.__version__.split(".")[0])
+    except ValueError:
+        major = 0
+    if major >= 77:
+        return {"license_expression": "BSD-3-Clause",
+                "license_files": ["LICENSE"]}
+    return {"license": "BSD-3-Clause", "license_files": ["LICENSE"]}
+
+
+setup(ext_modules=[make_extension()], cmdclass={"build_ext": BuildExtWithCuda},
+      **license_metadata())

@@ -9,6 +9,10 @@ for every preset the memory floor: measured copy bandwidth / 16 bytes per
 point per step (one read, one write).
 
     python benchmarks/bench_cpu.py [--steps 10] [--repeat 5] [--save]
+        [--quick]
+
+--quick runs small grids (a smoke check of the harness, seconds; its
+figures mean nothing).
 """
 import argparse
 import os
@@ -71,10 +75,12 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--save", action="store_true",
                         help="write benchmarks/results/cpu.{json,md}")
+    parser.add_argument("--quick", action="store_true",
+                        help="small grids: a smoke check, not figures")
     args = parser.parse_args()
 
     rng = np.random.default_rng()
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(1 << 24 if args.quick else 1 << 29)
     device = "%s, %d cores" % (common.cpu_name(), os.cpu_count())
     prov = common.provenance(device)
     floor = bandwidth / 16 / 1e9
@@ -87,7 +93,8 @@ def main():
             "|---|---|---|---|---|---|---|---|---|"]
     for name in cs.PRESETS:
         stencil = cs.Stencil(name)
-        shape = common.CPU_SIZES[stencil.ndim]
+        shape = (common.QUICK_CPU_SIZES if args.quick
+                 else common.CPU_SIZES)[stencil.ndim]
         u = rng.random(shape)
         points = u.size * args.steps
         t_cs, info = time_convstencil(u, name, args.steps, args.repeat)

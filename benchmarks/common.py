@@ -10,11 +10,17 @@ import numpy as np
 
 import convstencil as cs
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# $CONVSTENCIL_RESULTS_DIR redirects the result files (run_all.py --outdir)
+RESULTS = (os.environ.get("CONVSTENCIL_RESULTS_DIR")
+           or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "results"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Problem sizes of the paper's CPU comparison (issue: 2D 4096^2, 3D 256^3,
 # 1D 2^24 points).
 CPU_SIZES = {1: (1 << 24,), 2: (4096, 4096), 3: (256, 256, 256)}
+# Small grids for a smoke check of the harness (--quick), not for figures.
+QUICK_CPU_SIZES = {1: (1 << 16,), 2: (256, 256), 3: (32, 32, 32)}
 
 
 def commit():
@@ -25,11 +31,11 @@ def commit():
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, check=True,
-                             cwd=os.path.dirname(RESULTS))
+                             cwd=ROOT)
         dirty = subprocess.run(["git", "status", "--porcelain",
                                 "--untracked-files=no"],
                                capture_output=True, text=True,
-                               cwd=os.path.dirname(RESULTS)).stdout.strip()
+                               cwd=ROOT).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
