@@ -269,12 +269,11 @@ cc2d_kernel(const cc2d_params p)
  * host
  * --------------------------------------------------------------------- */
 
-/* Launch the <K, SHAPE> instance: the 7 x 7 box in blocks of 256
-   threads, two per SM, the others in blocks of 512 (on the H100, 153
-   against 144 GStencils/s for box2d49p, 172 against 157 for star2d13p:
-   benchmarks/results/h100_cc2d_tiles.md); persistent blocks over all
-   tiles. */
-/* Threads per block of the <K, SHAPE> instance. */
+/* Threads per block of the <K, SHAPE> instance: the 7 x 7 box in blocks
+   of 256 threads, two per SM, the others in blocks of 512 (chosen by
+   measurement on the H100 during development: the 7 x 7 box's 49 taps
+   need the registers of the smaller blocks).  Blocks are persistent over
+   all tiles (cc2d_launch). */
 static constexpr int
 cc2d_threads(int k, int shape)
 {

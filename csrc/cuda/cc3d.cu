@@ -10,12 +10,10 @@
  * (16 + 2r) x (64 + 2r): the two planes after the one it computes are in
  * flight as asynchronous copies (cp.async, which need no registers to
  * hold them), so enough loads are outstanding to keep DRAM busy, and one
- * barrier per plane suffices.  (On the H100, 64 x 16 was within 1% of the
- * best tile measured for box3d27p and the fused heat3d pass, 8 rows per
- * thread spill on side 5: benchmarks/results/h100_cc3d_tiles.md; a ring
- * of 3 ran about 16% faster than a ring of 2 (1% for the dense 5 x 5 x 5
- * cube) and 3 to 6% faster than 4: h100_cc3d_stages.md.)  Grids at most 16 columns wide take tiles of
- * 8 x 128 instead.
+ * barrier per plane suffices.  (The 64 x 16 tile and the ring of 3, rather
+ * than 2 or 4, were chosen by measurement on the H100 during development;
+ * taller tiles of 8 rows per thread spill on side 5.)  Grids at most 16
+ * columns wide take tiles of 8 x 128 instead.
  *
  * Thread (tx, ty) computes CY = 4 consecutive rows of column tx (register
  * tiling along y): for each input plane it reads the (CY + 2r) x (2r + 1)
