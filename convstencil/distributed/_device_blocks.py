@@ -1,0 +1,95 @@
+"""Blocks in GPU memory: strided views and copies, without CuPy.
+
+A padded block is a `convstencil.DeviceArray`; its owned part and the
+slabs that halo exchanges send and receive are strided views of it
+(`StridedView`, readable through the CUDA Array Interface).  Copies
+between views run on the GPU engine as zero-step applies, which read and
+write any strides.
+"""
+import numpy as np
+
+from .. import _apply, _core, _device
+
+_IDENTITY = {n: np.ones((1,) * n) for n in (1, 2, 3)}
+
+
+class StridedView:
+    """A float64 view of part of a device array (CUDA Array Interface v3).
+
+    `stream` is the stream the data is ordered on (1: the legacy default
+    stream, where the transports queue their work), so that the engine
+    waits for it before reading.
+    """
+
+    def __init__(self, base, ptr, shape, strides, stream=None):
+        self.base = base  # keeps the memory alive
+        self.ptr = int(ptr)
+        self.shape = tuple(int(n) for n in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.stream = stream
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"version": 3, "shape": self.shape, "typestr": "<f8",
+                "data": (self.ptr, False), "strides": self.strides,
+                "stream": self.stream}
+
+    def __repr__(self):
+        return "StridedView(shape=%s, strides=%s)" % (self.shape,
+                                                       self.strides)
+
+
+def c_strides(shape):
+    strides, step = [], 8
+    for n in reversed(shape):
+        strides.append(step)
+        step *= int(n)
+    return tuple(reversed(strides))
+
+
+def region(base, starts, sizes, stream=None):
+    """The view of `base` (C-contiguous float64 on the device) at
+    `starts` with extents `sizes`."""
+    strides = c_strides(base.shape)
+    ptr = base.ptr + sum(s * st for s, st in zip(starts, strides))
+    return StridedView(base, ptr, sizes, strides, stream)
+
+
+def whole(base, stream=None):
+    return region(base, (0,) * len(base.shape), base.shape, stream)
+
+
+def copy(src, dst):
+    """dst[...] = src on the GPU (any strides, same shape); returns when
+    the copy is complete."""
+    sv = _device.device_view(src, known=True)
+    dv = _device.device_view(dst, "out", known=True)
+    _apply._run_device(sv, dv, _IDENTITY[len(sv.shape)], 0, "constant", 0.0,
+                       "cuda", 0, None)
+
+
+def upload(host):
+    """A DeviceArray holding the NumPy array `host`."""
+    host = np.ascontiguousarray(host, dtype=np.float64)
+    dev = _device.DeviceArray(host.shape)
+    _core.to_device(dev.ptr, host)
+    return dev
+
+
+def to_device_array(obj):
+    """A private float64 C-contiguous DeviceArray copy of a device array."""
+    view = _device.device_view(obj, known=True)
+    dev = _device.DeviceArray(tuple(view.shape))
+    copy(obj, dev)
+    return dev
+
+
+def download(obj):
+    """A NumPy copy of a device array (a DeviceArray or a view)."""
+    if isinstance(obj, _device.DeviceArray):
+        return obj.get()
+    return to_device_array(obj).get()
+
+
+def is_device(obj):
+    return _device.is_device_array(obj)

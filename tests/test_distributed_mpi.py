@@ -1,0 +1,255 @@
+"""convstencil.distributed under MPI: gather(apply(scatter(u))) equals
+convstencil.apply(u) for every preset, random kernels, every mode, 1D to
+3D, uneven and tiny blocks, several halo depths; errors reach every rank.
+
+Run (CI runs both, .ci/run):
+
+    mpiexec -n 2 python -m pytest tests/test_distributed_mpi.py -q -p no:cacheprovider
+    mpiexec -n 4 python -m pytest tests/test_distributed_mpi.py -q -p no:cacheprovider
+
+Every rank runs every test; collectives come first and assertions on the
+gathered grid run on rank 0 only, so a failing assertion never leaves
+another rank waiting.  Each test is bounded by a watchdog (mpi_support).
+"""
+import numpy as np
+import pytest
+
+import convstencil as cs
+from conftest import assert_close, random_weights
+from mpi_support import MARKS, comm, shared_rng, watchdog  # noqa: F401
+import reference
+
+pytestmark = MARKS
+
+PRESETS = ["heat1d", "1d5p", "heat2d", "box2d9p", "star2d13p", "box2d49p",
+           "heat3d", "box3d27p"]
+MODES = ["constant", "wrap", "nearest", "reflect", "mirror"]
+# uneven over 2, 3 and 4 ranks per axis, and not too slow for 4 ranks
+# on 2 cores
+SHAPES = {1: (53,), 2: (27, 22), 3: (13, 10, 11)}
+
+
+def _csd():
+    import convstencil.distributed as csd
+    return csd
+
+
+def run_both(comm, u, steps, mode, cval=0.0, root=0, dims=None, **kw):
+    """(distributed result on root else None, whole-grid result on root)."""
+    csd = _csd()
+    d = csd.scatter(u if comm.Get_rank() == root else None, comm=comm,
+                    root=root, dims=dims, backend="cpu")
+    d1 = csd.apply(d, steps=steps, mode=mode, cval=cval, **kw)
+    out = csd.gather(d1, root=root)
+    if comm.Get_rank() != root:
+        return None, None, d1
+    single = kw.get("weights")
+    ref = cs.apply(u, kw.get("stencil"), weights=single, steps=steps,
+                   mode=mode, cval=cval, backend="cpu")
+    return out, ref, d1
+
+
+@pytest.mark.parametrize("halo_steps", [1, 2, 5, None])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets(comm, shared_rng, preset, mode, halo_steps):
+    ndim = cs.Stencil(preset).weights.ndim
+    u = shared_rng.uniform(-1, 1, SHAPES[ndim])
+    out, ref, d1 = run_both(comm, u, 7, mode, cval=0.375, stencil=preset,
+                            halo_steps=halo_steps)
+    if out is not None:
+        assert_close(out, ref, dict(preset=preset, mode=mode,
+                                    halo_steps=halo_steps, dims=d1.dims,
+                                    seed=shared_rng.seed))
+        np.testing.assert_array_equal(out, ref)  # same engine, same sums
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_random_kernels(comm, shared_rng, ndim, mode):
+    w = random_weights(shared_rng, ndim, 5 if ndim < 3 else 3)
+    shape = SHAPES[ndim]
+    u = shared_rng.uniform(-1, 1, shape)
+    steps = int(shared_rng.integers(1, 12))
+    halo = [1, 2, 5, None][int(shared_rng.integers(0, 4))]
+    out, ref, d1 = run_both(comm, u, steps, mode, cval=-0.5, weights=w,
+                            halo_steps=halo)
+    if out is not None:
+        ctx = dict(weights=w.shape, mode=mode, steps=steps, halo=halo,
+                   dims=d1.dims, seed=shared_rng.seed)
+        assert_close(out, ref, ctx)
+        # and the plain reference, independent of the engine
+        assert_close(out, reference.apply(u, w, steps, mode, -0.5), ctx)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_axis_split(comm, shared_rng, mode):
+    """All ranks along one axis, for each axis of a 3D grid."""
+    size = comm.Get_size()
+    for axis in range(3):
+        dims = [1, 1, 1]
+        dims[axis] = size
+        u = shared_rng.random((9, 10, 11))
+        out, ref, _ = run_both(comm, u, 4, mode, dims=dims,
+                               stencil="box3d27p", halo_steps=3)
+        if out is not None:
+            assert_close(out, ref, dict(dims=dims, mode=mode))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("preset", ["heat1d", "1d5p", "star2d13p"])
+def test_tiny_blocks(comm, shared_rng, preset, mode):
+    """Blocks exactly as wide as the radius: k shrinks to 1, still exact,
+    reflect and mirror at the global edges included."""
+    w = cs.Stencil(preset).weights
+    r = (w.shape[0] - 1) // 2
+    size = comm.Get_size()
+    shape = (size * r + (1 if size > 1 else 0),) + (7,) * (w.ndim - 1)
+    dims = (size,) + (1,) * (w.ndim - 1)
+    u = shared_rng.random(shape)
+    out, ref, d1 = run_both(comm, u, 5, mode, dims=dims, stencil=preset,
+                            halo_steps=None)
+    assert d1.info["halo_steps"] in (None, 1)
+    if out is not None:
+        assert_close(out, ref, dict(preset=preset, mode=mode, shape=shape))
+
+
+def test_block_thinner_than_radius_fails_everywhere(comm, shared_rng):
+    csd = _csd()
+    size = comm.Get_size()
+    if size < 2:
+        pytest.skip("one rank holds the whole grid: no block is thin")
+    u = shared_rng.random((size * 2, 8))  # blocks of 2 rows, radius 3
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    dims=(size, 1))
+    with pytest.raises(ValueError, match="thinner than the stencil's radius"):
+        csd.apply(d, "star2d13p", steps=3)
+
+
+@pytest.mark.parametrize("steps,halo_steps", [(0, None), (1, 5), (13, 5),
+                                              (10, 2), (3, 1)])
+def test_steps_and_rounds(comm, shared_rng, steps, halo_steps):
+    u = shared_rng.random((24, 18))
+    out, ref, d1 = run_both(comm, u, steps, "wrap", stencil="heat2d",
+                            halo_steps=halo_steps)
+    info = d1.info
+    k = info["halo_steps"]
+    assert info["rounds"] == (0 if steps == 0 else -(-steps // k))
+    assert info["transport"] == "mpi"
+    if out is not None:
+        assert_close(out, ref, dict(steps=steps, halo_steps=halo_steps))
+
+
+def test_input_untouched_and_result_new(comm, shared_rng):
+    csd = _csd()
+    u = shared_rng.random((20, 21))
+    keep = u.copy()
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm)
+    block = np.array(d.local, copy=True)
+    d1 = csd.apply(d, "box2d9p", steps=6, mode="reflect")
+    np.testing.assert_array_equal(d.local, block)
+    assert not np.may_share_memory(d.local, d1.local)
+    np.testing.assert_array_equal(u, keep)
+    again = csd.gather(d)
+    if comm.Get_rank() == 0:
+        np.testing.assert_array_equal(again, u)
+
+
+def test_scatter_gather_roundtrip(comm, shared_rng):
+    csd = _csd()
+    last = comm.Get_size() - 1
+    u = shared_rng.integers(-5, 5, (17, 5, 6))
+    d = csd.scatter(u if comm.Get_rank() == last else None, comm=comm,
+                    root=last)
+    assert d.local.dtype == np.float64
+    assert d.local.shape == d.local_shape
+    assert repr(d).startswith("DistributedGrid(shape=(17, 5, 6), rank %d"
+                              % comm.Get_rank())
+    assert "dims %s" % (d.dims,) in repr(d)
+    back = csd.gather(d, root=last)
+    if comm.Get_rank() == last:
+        np.testing.assert_array_equal(back, u)
+    else:
+        assert back is None
+
+
+def test_from_local(comm, shared_rng):
+    csd = _csd()
+    u = shared_rng.random((31, 12))  # every rank can make its own part
+    where = csd.local_slices(u.shape, comm)
+    d = csd.from_local(u[where], comm=comm, backend="cpu")
+    assert d.shape == u.shape and d.slices == where
+    out = csd.gather(csd.apply(d, "heat2d", steps=9, mode="mirror"))
+    if comm.Get_rank() == 0:
+        assert_close(out, cs.apply(u, "heat2d", steps=9, mode="mirror"))
+
+
+def test_from_local_bad_tiling(comm):
+    csd = _csd()
+    if comm.Get_size() < 2:
+        pytest.skip("needs two ranks")
+    rows = 3 + comm.Get_rank()  # blocks along axis 1 must agree on rows
+    with pytest.raises(ValueError, match="must tile the grid"):
+        csd.from_local(np.ones((rows, 4)), comm=comm, dims=(1, comm.Get_size()))
+
+
+def test_error_on_one_rank_reaches_all(comm):
+    csd = _csd()
+    d = csd.scatter(np.ones((8, 8)) if comm.Get_rank() == 0 else None,
+                    comm=comm)
+    steps = -1 if comm.Get_rank() == comm.Get_size() - 1 else 2
+    with pytest.raises(ValueError, match="steps"):
+        csd.apply(d, "heat2d", steps=steps)
+
+
+def test_different_arguments_refused(comm):
+    csd = _csd()
+    if comm.Get_size() < 2:
+        pytest.skip("needs two ranks")
+    d = csd.scatter(np.ones((8, 8)) if comm.Get_rank() == 0 else None,
+                    comm=comm)
+    with pytest.raises(ValueError, match="same arguments on every rank"):
+        csd.apply(d, "heat2d", steps=2 + comm.Get_rank())
+
+
+def test_bad_arguments(comm):
+    csd = _csd()
+    with pytest.raises(TypeError, match="must be a real numeric array"):
+        csd.scatter("grid" if comm.Get_rank() == 0 else None, comm=comm)
+    with pytest.raises(ValueError, match="dims"):
+        csd.scatter(np.ones((8, 8)) if comm.Get_rank() == 0 else None,
+                    comm=comm, dims=(comm.Get_size() + 1, 1))
+    if comm.Get_size() > 1:
+        with pytest.raises(ValueError, match="fewer than the"):
+            csd.scatter(np.ones((8, 1)) if comm.Get_rank() == 0 else None,
+                        comm=comm, dims=(1, comm.Get_size()))
+    d = csd.scatter(np.ones((8, 8)) if comm.Get_rank() == 0 else None,
+                    comm=comm)
+    with pytest.raises(ValueError, match="halo_steps"):
+        csd.apply(d, "heat2d", halo_steps=0)
+    with pytest.raises(TypeError, match="halo_steps"):
+        csd.apply(d, "heat2d", halo_steps=1.5)
+    with pytest.raises(ValueError, match="3D stencil"):
+        csd.apply(d, "heat3d")
+    with pytest.raises(TypeError, match="runs on the GPU"):
+        csd.apply(d, "heat2d", backend="cuda")
+    with pytest.raises(ValueError, match="transport"):
+        csd.apply(d, "heat2d", transport="nccl")
+    with pytest.raises(TypeError, match="DistributedGrid"):
+        csd.apply(np.ones((8, 8)), "heat2d")
+    with pytest.raises(ValueError, match="root"):
+        csd.gather(d, root=comm.Get_size())
+
+
+def test_info_reports_exchange(comm, shared_rng):
+    csd = _csd()
+    u = shared_rng.random((40, 40))
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm)
+    d1 = csd.apply(d, "heat2d", steps=10, mode="wrap", halo_steps=4)
+    info = csd.info(d1)
+    assert info == csd.info()
+    assert info["halo_steps"] == 4 and info["rounds"] == 3
+    assert info["ghost_depth"] == (4, 4)
+    assert info["bytes_sent"] > 0  # wrap: every side exchanges
+    assert info["exchange_seconds"] >= 0 and info["compute_seconds"] > 0
+    assert info["backend"] == "cpu" and info["path"] is not None

@@ -1,0 +1,194 @@
+"""convstencil.distributed without launching MPI: the import contract,
+block arithmetic, the halo plan, and the NCCL glue that a GPU run uses
+(checked here where no GPU is; tests/test_distributed_gpu.py runs it)."""
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run_python(code):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_import_without_mpi4py():
+    """import convstencil works without mpi4py; the distributed module
+    says what to install."""
+    done = _run_python(
+        "import sys; sys.modules['mpi4py'] = None\n"
+        "import convstencil\n"
+        "try:\n"
+        "    import convstencil.distributed\n"
+        "except ImportError as e:\n"
+        "    print('IMPORTERROR', e)\n")
+    assert done.returncode == 0, done.stderr
+    assert "IMPORTERROR" in done.stdout
+    assert 'pip install "convstencil[mpi]"' in done.stdout.replace(
+        '\\"', '"')
+
+
+mpi4py = pytest.importorskip("mpi4py")
+from mpi_support import LAUNCHED  # noqa: E402
+
+if not LAUNCHED:
+    # these tests need mpi4py's names, not a running MPI: leave this
+    # process (and the rest of the suite in it) alone
+    mpi4py.rc.initialize = False
+csd = pytest.importorskip("convstencil.distributed",
+                          exc_type=ImportError)
+from convstencil.distributed import _nccl, _partition, _plan  # noqa: E402
+
+
+def test_balanced_split():
+    assert _partition.balanced(10, 3) == (4, 3, 3)
+    assert _partition.offsets((4, 3, 3)) == (0, 4, 7)
+    assert _partition.split((10, 5), (3, 5)) == ((4, 3, 3), (1,) * 5)
+    with pytest.raises(ValueError, match="fewer than the 3 ranks"):
+        _partition.split((2,), (3,))
+
+
+def test_resolve_dims():
+    def compute(size, dims):  # what MPI.Compute_dims does for these
+        free = [i for i, p in enumerate(dims) if p == 0]
+        left = size // int(np.prod([p for p in dims if p] or [1]))
+        out = list(dims)
+        for i in free:
+            out[i] = left if i == free[0] else 1
+        return out
+    assert _partition.resolve_dims((2, 0), 4, 2, compute) == (2, 2)
+    assert _partition.resolve_dims(None, 4, 1, compute) == (4,)
+    with pytest.raises(ValueError, match="do not fit"):
+        _partition.resolve_dims((3, 0), 4, 2, compute)
+    with pytest.raises(ValueError, match="one per axis"):
+        _partition.resolve_dims((2, 2, 1), 4, 2, compute)
+    with pytest.raises(TypeError, match="dims must be"):
+        _partition.resolve_dims(object(), 4, 2, compute)
+
+
+class _Comm:
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+    def Get_rank(self):
+        return self.rank
+
+    def Get_size(self):
+        return self.size
+
+
+def _grid(shape, dims, rank):
+    extents = _partition.split(shape, dims)
+    size = int(np.prod(dims))
+    return csd.DistributedGrid(None, shape, extents, _Comm(rank, size),
+                               False)
+
+
+def test_plan_ghosts_and_slabs():
+    # 2 x 2 ranks, wrap: every side has ghosts, k*r deep
+    d = _grid((20, 30), (2, 2), 3)
+    plan, k = _plan.make_plan(d, (3, 5), "wrap", 10, 3, 9)
+    assert k == 3 and plan.depth == (3, 6)
+    assert plan.padded_shape == (10 + 6, 15 + 12)
+    assert plan.owned_starts == (3, 6)
+    # axis 0, low side: send owned rows 3..5, receive ghost rows 0..2,
+    # over the whole padded extent of axis 1
+    low = plan.axes[0][0]
+    assert low.send == ((3, 0), (3, 27)) and low.recv == ((0, 0), (3, 27))
+    assert low.peer == 1  # coords (1, 1) -> (0, 1)
+    # constant mode: no ghost on the global edges
+    plan, _ = _plan.make_plan(d, (3, 5), "constant", 10, 3, 9)
+    assert plan.lo == (True, True) and plan.hi == (False, False)
+    assert plan.padded_shape == (13, 21)
+
+
+def test_plan_limits_k_by_thinnest_block():
+    d = _grid((7, 40), (2, 1), 0)  # blocks of 4 and 3 rows
+    plan, k = _plan.make_plan(d, (3, 3), "reflect", 100, 10, 5)
+    assert k == 3  # 3 rows can feed 3 steps of radius 1
+    with pytest.raises(ValueError, match="thinner than the stencil"):
+        _plan.make_plan(d, (9, 3), "reflect", 100, None, 5)
+
+
+def test_plan_unsplit_axes():
+    # one rank, wrap: self-exchange along axes at least r wide; an axis
+    # thinner than r keeps the engine's own wrap (exact, whole axis)
+    d = _grid((2, 50), (1, 1), 0)
+    plan, _ = _plan.make_plan(d, (7, 7), "wrap", 10, 2, 49)
+    assert plan.lo == (False, True) and plan.axes[0] == []
+    assert [s.peer for s in plan.axes[1]] == [0, 0]
+    plan, _ = _plan.make_plan(d, (7, 7), "mirror", 10, 2, 49)
+    assert plan.padded_shape == (2, 50)  # nothing to exchange
+
+
+def test_cost_model_prefers_deeper_halos_on_large_blocks():
+    d = _grid((4096, 4096), (2, 1), 0)
+    _, k_big = _plan.make_plan(d, (3, 3), "wrap", 1000, None, 5)
+    d = _grid((64, 64), (2, 1), 0)
+    _, k_small = _plan.make_plan(d, (3, 3), "wrap", 1000, None, 5)
+    assert k_big > 1 and 1 <= k_small <= 32
+    assert _plan.predicted_step_seconds((100,), [(1, 2)], 1, 3, False) > 0
+
+
+def test_nccl_messages_match_in_order():
+    """NCCL has no tags: between two ranks the i-th send must meet the
+    i-th receive of the same direction, also when one rank is both
+    neighbours (2 ranks, wrap) or its own (1 rank)."""
+    from convstencil.distributed._transport import NCCL
+    for dims in [(2, 1), (1, 1), (2, 2)]:
+        size = int(np.prod(dims))
+        queues = {}
+        for rank in range(size):
+            d = _grid((12, 12), dims, rank)
+            plan, _ = _plan.make_plan(d, (3, 3), "wrap", 4, 2, 5)
+            t = NCCL.__new__(NCCL)
+            t.plan = plan
+            t.buffers = [[(types.SimpleNamespace(ptr=("send", rank, a, s.send_tag), size=1),
+                           types.SimpleNamespace(ptr=("recv", rank, a, s.recv_tag), size=1))
+                          for s in sides] for a, sides in enumerate(plan.axes)]
+            for axis in range(2):
+                log = {}
+                t.nccl = types.SimpleNamespace(
+                    exchange=lambda sends, recvs, log=log: log.update(
+                        sends=sends, recvs=recvs))
+                t.move(axis)
+                for ptr, _, peer in log["sends"]:
+                    queues.setdefault(("s", axis, rank, peer), []).append(
+                        ptr[3])
+                for ptr, _, peer in log["recvs"]:
+                    queues.setdefault(("r", axis, peer, rank), []).append(
+                        ptr[3])
+        for (kind, axis, src, dst), tags in queues.items():
+            if kind == "s":
+                assert queues[("r", axis, src, dst)] == tags, (dims, axis)
+
+
+def test_nccl_library_search(tmp_path, monkeypatch):
+    lib = tmp_path / "nvidia" / "nccl" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libnccl.so.2").write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path)
+    monkeypatch.delenv("CONVSTENCIL_NCCL_LIBRARY", raising=False)
+    found = _nccl.candidates()
+    assert found[0] == str(lib / "libnccl.so.2")
+    assert found[-1] == "libnccl.so.2"
+    monkeypatch.setattr(_nccl, "_lib", None)
+    monkeypatch.setattr(_nccl, "candidates", lambda: [str(tmp_path / "no")])
+    with pytest.raises(OSError, match="nvidia-nccl-cu12"):
+        _nccl.load()
+
+
+def test_transport_names():
+    from convstencil.distributed import _transport
+    assert _transport.check_name("auto", True) == "auto"
+    assert _transport.check_name("staging", True) == "staging"
+    with pytest.raises(ValueError, match="accepted: auto, mpi"):
+        _transport.check_name("nccl", False)
+    with pytest.raises(TypeError):
+        _transport.check_name(None, True)
