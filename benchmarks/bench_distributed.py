@@ -11,15 +11,16 @@ after a warm-up.  The driver starts `mpiexec -n N` for each N:
     python benchmarks/bench_distributed.py --ranks 1 2 --save cpu_distributed
 
 GPU (--gpu, one rank): the distributed path against plain apply on the
-same device array, heat2d 10240^2 and heat3d 512^3 (wrap, so the one
-rank exchanges with itself):
+same device array, heat2d 10240^2 and heat3d 512^3 (wrap; the one rank
+exchanges nothing, its axes are whole: the figure is the distributed
+path's own cost):
 
     python benchmarks/bench_distributed.py --gpu --ranks 1 --save h100_distributed
 
 Each rank runs one thread (OMP_NUM_THREADS=1 unless set), so N ranks use
 N cores: weak scaling with the resources growing with the ranks.  The
 one-rank run also times plain convstencil.apply on its block (the
-distributed path's own overhead there: the self-exchange under wrap).
+distributed path's own overhead there).
 """
 import argparse
 import json

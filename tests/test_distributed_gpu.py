@@ -76,7 +76,7 @@ def test_one_rank_self_exchange_through_nccl(comm, shared_rng):
         pytest.skip("NCCL not found: pip install nvidia-nccl-cu12")
     u = shared_rng.random((256, 192))
     out, d1 = _run(comm, u, "heat2d", "wrap", 20, halo_steps=5,
-                   transport="nccl")
+                   transport="nccl", self_exchange=True)
     assert d1.info["transport"] == "nccl" and d1.info["bytes_sent"] > 0
     assert_close(out, cs.apply(u, "heat2d", steps=20, mode="wrap",
                                backend="cpu"))

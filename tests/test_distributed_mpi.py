@@ -245,7 +245,8 @@ def test_info_reports_exchange(comm, shared_rng):
     csd = _csd()
     u = shared_rng.random((40, 40))
     d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm)
-    d1 = csd.apply(d, "heat2d", steps=10, mode="wrap", halo_steps=4)
+    d1 = csd.apply(d, "heat2d", steps=10, mode="wrap", halo_steps=4,
+                   self_exchange=True)
     info = csd.info(d1)
     assert info == csd.info()
     assert info["halo_steps"] == 4 and info["rounds"] == 3
@@ -253,3 +254,24 @@ def test_info_reports_exchange(comm, shared_rng):
     assert info["bytes_sent"] > 0  # wrap: every side exchanges
     assert info["exchange_seconds"] >= 0 and info["compute_seconds"] > 0
     assert info["backend"] == "cpu" and info["path"] is not None
+
+
+@pytest.mark.parametrize("mode", ["wrap", "reflect"])
+def test_unsplit_axes_need_no_exchange(comm, shared_rng, mode):
+    """An unsplit axis runs on the engine's own mode (wrap included);
+    self_exchange=True sends its halos through the transport instead,
+    with the same result."""
+    csd = _csd()
+    u = shared_rng.random((36, 28))
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    dims=(comm.Get_size(), 1))
+    plain = csd.apply(d, "box2d9p", steps=9, mode=mode, halo_steps=3)
+    forced = csd.apply(d, "box2d9p", steps=9, mode=mode, halo_steps=3,
+                       self_exchange=True)
+    assert plain.info["ghost_depth"][1] == 0
+    assert forced.info["ghost_depth"][1] == (3 if mode == "wrap" else 0)
+    a, b = csd.gather(plain), csd.gather(forced)
+    if comm.Get_rank() == 0:
+        ref = cs.apply(u, "box2d9p", steps=9, mode=mode, backend="cpu")
+        assert_close(a, ref, dict(mode=mode))
+        assert_close(b, ref, dict(mode=mode, self_exchange=True))

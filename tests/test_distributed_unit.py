@@ -117,10 +117,14 @@ def test_plan_limits_k_by_thinnest_block():
 
 
 def test_plan_unsplit_axes():
-    # one rank, wrap: self-exchange along axes at least r wide; an axis
-    # thinner than r keeps the engine's own wrap (exact, whole axis)
+    # one rank: the engine's own mode along whole axes, wrap too
     d = _grid((2, 50), (1, 1), 0)
-    plan, _ = _plan.make_plan(d, (7, 7), "wrap", 10, 2, 49)
+    plan, k = _plan.make_plan(d, (7, 7), "wrap", 10, 2, 49)
+    assert plan.padded_shape == (2, 50) and k == 10  # one round
+    # self_exchange: along axes at least r wide, with the rank itself; an
+    # axis thinner than r keeps the engine's own wrap (exact, whole axis)
+    plan, _ = _plan.make_plan(d, (7, 7), "wrap", 10, 2, 49,
+                              self_exchange=True)
     assert plan.lo == (False, True) and plan.axes[0] == []
     assert [s.peer for s in plan.axes[1]] == [0, 0]
     plan, _ = _plan.make_plan(d, (7, 7), "mirror", 10, 2, 49)
@@ -146,7 +150,8 @@ def test_nccl_messages_match_in_order():
         queues = {}
         for rank in range(size):
             d = _grid((12, 12), dims, rank)
-            plan, _ = _plan.make_plan(d, (3, 3), "wrap", 4, 2, 5)
+            plan, _ = _plan.make_plan(d, (3, 3), "wrap", 4, 2, 5,
+                                     self_exchange=True)
             t = NCCL.__new__(NCCL)
             t.plan = plan
             t.buffers = [[(types.SimpleNamespace(ptr=("send", rank, a, s.send_tag), size=1),

@@ -50,6 +50,9 @@ class HaloPlan:
         self.hi = tuple(bool(g and (c < p - 1 or periodic))
                         for g, c, p in zip(ghosted, d.coords, d.dims))
         self.depth = tuple(k * r for r in radii)
+        # the ghost layers an axis really has (0 where it exchanges none)
+        self.ghost_depth = tuple(g if gh else 0
+                                 for g, gh in zip(self.depth, ghosted))
         block = d.local_shape
         self.padded_shape = tuple(
             n + g * (lo + hi)
@@ -110,11 +113,14 @@ def _check_halo_steps(halo_steps):
     return int(halo_steps)
 
 
-def _ghosted_axes(d, radii, periodic):
-    """Axes that get ghost layers: split axes, and under wrap also unsplit
-    ones (exchanged with the rank itself) unless thinner than the radius
-    (there the engine's own wrap is exact, since the axis is whole)."""
-    return tuple(r > 0 and (p > 1 or (periodic and n >= r))
+def _ghosted_axes(d, radii, periodic, self_exchange=False):
+    """Axes that get ghost layers: split axes.  An unsplit axis is whole
+    on every rank, so the engine's own boundary mode is exact along it
+    (wrap too: it wraps the whole axis); with `self_exchange` an unsplit
+    periodic axis at least r wide exchanges with the rank itself instead
+    (the same result, through the transport: for testing transports)."""
+    return tuple(r > 0 and (p > 1 or (periodic and self_exchange
+                                      and n >= r))
                  for r, p, n in zip(radii, d.dims, d.shape))
 
 
@@ -125,12 +131,13 @@ def max_halo_steps(d, radii, ghosted):
     return min(limits) if limits else None
 
 
-def make_plan(d, weights_shape, mode, steps, halo_steps, taps):
+def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
+              self_exchange=False):
     """The plan, the same on every rank; ValueError where no k fits."""
     halo_steps = _check_halo_steps(halo_steps)
     radii = tuple((s - 1) // 2 for s in weights_shape)
     periodic = mode == "wrap"
-    ghosted = _ghosted_axes(d, radii, periodic)
+    ghosted = _ghosted_axes(d, radii, periodic, self_exchange)
     k_max = max_halo_steps(d, radii, ghosted)
     if k_max is None:  # nothing to exchange: one round
         return HaloPlan(d, radii, ghosted, periodic, 0), max(steps, 1)

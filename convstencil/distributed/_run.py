@@ -69,12 +69,13 @@ def _same_everywhere(comm, args, halo_steps):
             raise ValueError(
                 "apply() must get the same arguments on every rank; rank %d "
                 "differs from rank 0 (stencil, steps, mode, cval, backend, "
-                "transport, halo_steps): %r != %r"
+                "transport, halo_steps and self_exchange): %r != %r"
                 % (rank, other[1:], keys[0][1:]))
 
 
 def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
-          cval=0.0, halo_steps=None, backend="auto", transport="auto"):
+          cval=0.0, halo_steps=None, backend="auto", transport="auto",
+          self_exchange=False):
     """Apply a stencil `steps` times to the distributed grid `d`; return
     the new DistributedGrid (`d` is left as it was).
 
@@ -86,18 +87,23 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     thinner than r raises ValueError on every rank).  `backend`: "auto"
     runs where the blocks are (GPU or host), or "cpu", "cpu-tc", "cuda",
     ....  `transport` (device blocks): "auto", "nccl", "cuda-mpi" or
-    "staging"; host blocks always use "mpi".  Every rank of d.comm must
-    call it with the same arguments.
+    "staging"; host blocks always use "mpi".  An axis that is not split
+    needs no exchange (the engine's own mode is exact along a whole
+    axis, wrap included); `self_exchange=True` makes a periodic one
+    exchange with the rank itself through the transport all the same
+    (the same result: for testing a transport on one rank).  Every rank
+    of d.comm must call it with the same arguments.
     """
     _check_grid(d)
     comm = d.comm
     args = agree(comm, _resolve, d, stencil, weights, steps, mode, cval,
                  backend, transport)
-    agree(comm, _same_everywhere, comm, args, halo_steps)
+    self_exchange = bool(self_exchange)
+    agree(comm, _same_everywhere, comm, args, (halo_steps, self_exchange))
     w, steps, mode, cval, name, transport = args
     taps = int(np.count_nonzero(w))
     plan, k = agree(comm, _plan.make_plan, d, w.shape, mode, steps,
-                    halo_steps, taps)
+                    halo_steps, taps, self_exchange)
     pads = agree(comm, _padded, d, plan)
     link = _transport.open_transport(transport, comm, plan, d.on_device)
     try:
@@ -162,5 +168,5 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
             "exchange_seconds": exchange, "compute_seconds": compute,
             "seconds": time.perf_counter() - start, "backend": name,
             "path": path, "steps": steps, "mode": mode, "dims": d.dims,
-            "ranks": comm_size, "ghost_depth": plan.depth,
+            "ranks": comm_size, "ghost_depth": plan.ghost_depth,
             "padded_shape": plan.padded_shape, "_final": cur}
