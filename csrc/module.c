@@ -36,8 +36,9 @@ enum {
 static int
 is_float64_carray(PyArrayObject *a)
 {
-    return PyArray_TYPE(a) == NPY_DOUBLE && PyArray_IS_C_CONTIGUOUS(a)
-           && PyArray_ISALIGNED(a);
+    /* the type number of '>f8' is NPY_DOUBLE too: native order only */
+    return PyArray_TYPE(a) == NPY_DOUBLE && PyArray_ISNOTSWAPPED(a)
+           && PyArray_IS_C_CONTIGUOUS(a) && PyArray_ISALIGNED(a);
 }
 
 /* Check the grid/weights/out triple; set an exception and return -1. */
