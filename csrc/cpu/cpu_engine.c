@@ -20,6 +20,7 @@
 #include "cpu_private.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,50 +81,42 @@ static void
 try_separable(engine *e, const double *weights, ptrdiff_t count,
               ptrdiff_t sy, ptrdiff_t sx)
 {
-    ptrdiff_t big = 0;
-    for (ptrdiff_t i = 0; i < count; i++) {
-        if (fabs(weights[i]) > fabs(weights[big])) {
-            big = i;
-        }
-    }
-    ptrdiff_t rows = count / sx;
-    double direct = (double)VECS * e->ntaps;
-    if (sx < 3 || sx > SEP_MAX_WIDTH || weights[big] == 0.0) {
+    const ptrdiff_t rows = count / sx;
+    const double direct = (double)VECS * e->ntaps;
+    double q[SEP_MAX_WIDTH];
+    if (sx < 3 || sx > SEP_MAX_WIDTH || rows > INT_MAX) {
         return;
     }
-    const double *pivot = weights + big / sx * sx;
-    double q[SEP_MAX_WIDTH];
-    for (ptrdiff_t x = 0; x < sx; x++) {
-        q[x] = pivot[x] / pivot[big % sx];
-        if (q[x] == 0.0) {
-            return;
-        }
+    double *p = malloc((size_t)rows * sizeof(double));
+    if (p == NULL) {
+        return; /* the taps as they are: slower, as exact */
     }
+    /* the factors host_device.h finds for cc2d too; every x factor
+       nonzero, so that the row kernel covers every tap */
+    int ok = cs_outer_factors((int)rows, (int)sx, weights, p, q);
     int nrows = 0;
-    for (ptrdiff_t i = 0; i < rows; i++) {
-        double p = weights[i * sx + big % sx];
-        for (ptrdiff_t x = 0; x < sx; x++) {
-            double w = weights[i * sx + x];
-            if (fabs(p * q[x] - w) > 4.0 * DBL_EPSILON * fabs(w)) {
-                return;
-            }
-        }
-        nrows += (p != 0.0);
+    for (ptrdiff_t x = 0; x < sx && ok; x++) {
+        ok = q[x] != 0.0;
     }
-    if ((double)nrows * (VECS + sx - 1) + (double)VECS * sx >= direct) {
-        return;    /* no FMAs saved: short rows or few of them */
+    for (ptrdiff_t i = 0; i < rows && ok; i++) {
+        nrows += (p[i] != 0.0);
+    }
+    if (!ok
+        || (double)nrows * (VECS + sx - 1) + (double)VECS * sx >= direct) {
+        free(p);
+        return; /* not an outer product, or no FMAs saved */
     }
     int t = 0;
     for (ptrdiff_t i = 0; i < rows; i++) {
-        double p = weights[i * sx + big % sx];
-        if (p != 0.0) {
-            e->w[t] = p;
+        if (p[i] != 0.0) {
+            e->w[t] = p[i];
             e->tz[t] = (int)(i / sy);
             e->ty[t] = (int)(i % sy);
             e->tx[t] = 0;
             t++;
         }
     }
+    free(p);
     e->ntaps = t;
     e->sep_width = (int)sx;
     for (ptrdiff_t x = 0; x < sx; x++) {
