@@ -182,7 +182,7 @@ def _nccl_comm(comm):
     found = _NCCL_COMMS.get(id(comm))
     if found is not None:
         return found[1]
-    loaded = _try(_nccl.load)
+    loaded = _try(_nccl.load) is not None
     if comm.allreduce(int(loaded), op=MPI.MIN) == 0:
         return None
     uid = _try(_nccl.unique_id_bytes) if comm.Get_rank() == 0 else None
