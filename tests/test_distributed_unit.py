@@ -197,3 +197,13 @@ def test_transport_names():
         _transport.check_name("nccl", False)
     with pytest.raises(TypeError):
         _transport.check_name(None, True)
+
+
+def test_nccl_unique_id_keeps_its_zero_bytes():
+    """The id carries a socket address with zero bytes in it: a c_char
+    field would cut it at the first one (NCCL then dials 0.0.0.0)."""
+    from convstencil.distributed import _nccl
+    data = bytes([7, 0, 2, 0]) + bytes(range(1, 125))
+    assert _nccl.id_bytes(_nccl.id_from_bytes(data)) == data
+    with pytest.raises(ValueError, match="128 bytes"):
+        _nccl.id_from_bytes(data[:9])

@@ -13,8 +13,14 @@ _NCCL_FLOAT64 = 8  # ncclDataType_t
 _LIBNAME = "libnccl.so.2"
 
 
+_ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
+
+
 class _UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]  # NCCL_UNIQUE_ID_BYTES
+    # bytes, not c_char: a c_char array field reads and writes as a
+    # NUL-terminated string, and the id holds zero bytes (its socket
+    # address), which would cut it short
+    _fields_ = [("internal", ctypes.c_ubyte * _ID_BYTES)]
 
 
 def candidates():
@@ -81,7 +87,22 @@ def unique_id_bytes():
     lib = load()
     uid = _UniqueId()
     _check(lib, lib.ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
-    return bytes(uid.internal)
+    return id_bytes(uid)
+
+
+def id_bytes(uid):
+    """The _UniqueId's 128 bytes, zeros included."""
+    return ctypes.string_at(ctypes.addressof(uid), _ID_BYTES)
+
+
+def id_from_bytes(data):
+    """A _UniqueId holding `data` (128 bytes) exactly."""
+    if len(data) != _ID_BYTES:
+        raise ValueError("an NCCL unique id has %d bytes, not %d"
+                         % (_ID_BYTES, len(data)))
+    ident = _UniqueId()
+    ctypes.memmove(ctypes.addressof(ident), data, _ID_BYTES)
+    return ident
 
 
 class Communicator:
@@ -91,8 +112,7 @@ class Communicator:
     def __init__(self, uid, size, rank):
         self._lib = load()
         self._comm = ctypes.c_void_p()
-        ident = _UniqueId()
-        ident.internal = uid
+        ident = id_from_bytes(uid)
         _check(self._lib, self._lib.ncclCommInitRank(
             ctypes.byref(self._comm), size, ident, rank), "ncclCommInitRank")
 

@@ -213,6 +213,10 @@ def open_transport(name, comm, plan, on_device):
     for a run; collective."""
     if not on_device:
         return HostMPI(comm, plan)
+    if name == "auto" and not any(plan.axes):
+        # nothing to exchange (every axis whole on its rank): no NCCL
+        # communicator to set up for it
+        return agree(comm, Staging, comm, plan)
     if name in ("auto", "nccl"):
         nccl = _nccl_comm(comm)
         if nccl is not None:
