@@ -108,9 +108,11 @@ def test_device_memory_steady(comm, shared_rng):
 
     for _ in range(3):  # warm up: kept engine arenas, NCCL buffers
         round_trip()
+    comm.Barrier()  # ranks sharing a GPU read it while all are idle
     free_before = cs._core.cuda_mem_info()[0]
     for _ in range(20):
         round_trip()
+    comm.Barrier()
     free_after = cs._core.cuda_mem_info()[0]
     # two padded blocks of 2 MiB per call: a leak would lose 80 MiB
     assert free_before - free_after < 8 << 20, (free_before, free_after)

@@ -176,12 +176,19 @@ def cuda_aware_mpi():
 
 
 def _nccl_comm(comm):
-    """The NCCL communicator over `comm`'s ranks (made once per
-    communicator; every rank must call).  None where NCCL is missing or
-    refuses on any rank (e.g. two ranks on one GPU)."""
+    """The NCCL communicator over `comm`'s ranks (tried once per
+    communicator, refusals remembered too: a failed initialisation costs
+    seconds and may keep device memory; every rank must call).  None
+    where NCCL is missing or refuses on any rank (e.g. two ranks on one
+    GPU)."""
     found = _NCCL_COMMS.get(id(comm))
-    if found is not None:
-        return found[1]
+    if found is None:
+        found = (comm, _make_nccl_comm(comm))
+        _NCCL_COMMS[id(comm)] = found
+    return found[1]
+
+
+def _make_nccl_comm(comm):
     loaded = _try(_nccl.load) is not None
     if comm.allreduce(int(loaded), op=MPI.MIN) == 0:
         return None
@@ -197,7 +204,6 @@ def _nccl_comm(comm):
         if nccl is not None:
             nccl.close()
         return None
-    _NCCL_COMMS[id(comm)] = (comm, nccl)
     return nccl
 
 
