@@ -12,10 +12,12 @@ One step equals scipy.ndimage.correlate(u, weights, mode=..., cval=...).
 from ._apply import apply, last_run_info
 from ._backends import backends, cache_info, clear_cache
 from ._device import DeviceArray
+from ._explain import explain
 from ._presets import PRESETS
 from ._stencil import Stencil
 
 __version__ = "0.1.0"
 
-__all__ = ["apply", "Stencil", "PRESETS", "backends", "last_run_info",
+__all__ = ["apply", "explain", "Stencil", "PRESETS", "backends",
+           "last_run_info",
            "clear_cache", "cache_info", "DeviceArray", "__version__"]

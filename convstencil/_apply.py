@@ -10,10 +10,11 @@ import functools
 import numbers
 import operator
 import threading
+import time
 
 import numpy as np
 
-from . import _backends, _core, _device, _memory, _presets, _watch
+from . import _backends, _core, _device, _explain, _memory, _presets, _watch
 from ._stencil import Stencil, as_weights
 
 # Mode name -> cs_mode code (csrc/stencil.h, exported by _core).
@@ -32,14 +33,24 @@ def last_run_info():
 
     Keys: backend, path ("tensor-core", "cuda-core", "direct", ...),
     fused_depth, fused_passes, unfused_steps, threads, device_seconds
-    (the GPU step loop's time, None where not measured), steps, mode,
-    and for device arrays device_array=True.
+    (the GPU step loop's time, None where not measured), wall_seconds
+    (host grids: the engine calls' wall time), steps, mode, and for
+    device arrays device_array=True.  predicted_seconds is what
+    explain()'s model predicts for the run (the GPU's step loop, the CPU
+    engine's call; None where not modelled) and fraction_of_prediction
+    the measured time over it (device_seconds on the GPU, wall_seconds
+    on the CPU; None where either is missing, or where the masked path
+    ran).
 
     >>> v = convstencil.apply(u, "heat2d", steps=10)
     >>> convstencil.last_run_info()["path"]
     'direct'
     """
-    return dict(_last_run_info)
+    info = dict(_last_run_info)
+    model_args = info.pop("_model", None)
+    if model_args is not None:
+        _explain.add_prediction(info, model_args)
+    return info
 
 
 @functools.lru_cache(maxsize=64)
@@ -145,12 +156,17 @@ def _check_ndim(shape, w):
                          % (w.ndim, w.shape, w.ndim, len(shape), shape))
 
 
-def _record(info, steps, mode, **extra):
-    """Make `info` (a fresh dict, the caller's no longer) the record."""
+def _record(info, steps, mode, model=None, **extra):
+    """Make `info` (a fresh dict, the caller's no longer) the record.
+    `model`: (shape, weights, backend name) for the prediction that
+    last_run_info() adds, computed only when asked for."""
     global _last_run_info
     info["steps"] = steps
     info["mode"] = mode
     info.update(extra)
+    if model is not None:
+        shape, w, name = model
+        info["_model"] = (tuple(shape), w, mode, steps, name)
     _last_run_info = info
 
 
@@ -261,8 +277,11 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
                                      out, every, callback, bar)
 
     def run(a, b, n, done):
-        infos.append(_core.run(a, w, b, n, MODE_CODES[mode], cval, engine,
-                               path, 0, interruptible, bar.offset(done)))
+        start = time.perf_counter()
+        info = _core.run(a, w, b, n, MODE_CODES[mode], cval, engine, path,
+                         0, interruptible, bar.offset(done))
+        info["wall_seconds"] = time.perf_counter() - start
+        infos.append(info)
 
     report = None
     if callback is not None:
@@ -286,7 +305,7 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
     if last is not out:
         np.copyto(out, last)
     bar.close(True)
-    _record(_merge(infos), steps, mode)
+    _record(_merge(infos), steps, mode, (src.shape, w, name))
     return out
 
 
@@ -297,8 +316,9 @@ def _merge(infos):
         for key in ("fused_passes", "unfused_steps"):
             info[key] = sum(i[key] for i in infos)
         info["fused_depth"] = max(i["fused_depth"] for i in infos)
-        seconds = [i["device_seconds"] for i in infos]
-        info["device_seconds"] = (None if None in seconds else sum(seconds))
+        for key in ("device_seconds", "wall_seconds"):
+            seconds = [i.get(key) for i in infos]
+            info[key] = None if None in seconds else sum(seconds)
         info["segments"] = len(infos)
     return info
 
@@ -327,7 +347,7 @@ def _apply_host_on_device(src, grid, w, steps, mode, cval, name, out, every,
     # every callback has returned: `out` (the grid, maybe) is written now
     _core.to_host(out, state.ptr)
     bar.close(True)
-    _record(_merge(infos), steps, mode)
+    _record(_merge(infos), steps, mode, (src.shape, w, name))
     return out
 
 
@@ -443,7 +463,8 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
         # the common call, kept short: many steps=1 calls are a scheme
         info = _run_device(view, out_view, w, steps, mode, cval, name,
                            handle, None)
-        _record(info, steps, mode, device_array=True)
+        _record(info, steps, mode, (tuple(view.shape), w, name),
+                device_array=True)
         return result
     bar = _watch.Progress(steps, progress)
     # the last segment writes `result`; where that is the grid (or shares
@@ -462,7 +483,8 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
         bar.close(False)
         raise
     bar.close(True)
-    _record(_merge(infos), steps, mode, device_array=True)
+    _record(_merge(infos), steps, mode, (tuple(view.shape), w, name),
+            device_array=True)
     return result
 
 

@@ -1,0 +1,394 @@
+"""explain(): the plan a run would follow and what the model predicts for
+it, as a small result object that prints as a table.
+
+The plan is the engines' own (GPU: csrc/plan.c through _core.plan; CPU:
+the blocked path's choice mirrored in _model.py); the prediction is
+_model.py's.  No GPU is needed: without one the GPU backends are
+explained for an H100, and the printout says the device is assumed.
+"""
+import functools
+import numbers
+import os
+
+import numpy as np
+
+from . import _backends, _device, _model
+from ._stencil import Stencil
+
+_GPU_PATHS = {"cuda": "auto", "cuda-tc": "tensor-core",
+              "cuda-core": "cuda-core"}
+_CANDIDATES = ("tensor-core", "cuda-core")
+NOT_MODELLED = "not modelled: verification backend"
+
+
+class Explanation:
+    """What explain() returns: attributes (path, fused_depth,
+    bytes_per_point_per_step, predicted_seconds, bound, ...), as_dict(),
+    and a readable table from str() / repr()."""
+
+    def __init__(self, fields):
+        self._fields = fields
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def as_dict(self):
+        """The fields as a plain dict (lists of dicts for passes and
+        alternatives)."""
+        return {k: (list(map(dict, v)) if k in ("passes", "alternatives")
+                    else v) for k, v in self._fields.items()}
+
+    def __str__(self):
+        return _format(self._fields)
+
+    __repr__ = __str__
+
+
+def _seconds(s):
+    if s is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if s >= scale:
+            return "%.3g %s" % (s / scale, unit)
+    return "%.3g us" % (s / 1e-6)
+
+
+def _format(f):
+    lines = ["convstencil.explain: %s, %d step(s) of %s on %s, mode %s"
+             % (f["backend"], f["steps"], f["stencil"],
+                "x".join(map(str, f["shape"])), f["mode"]),
+             "  %-17s %s" % ("device", f["device"])]
+    rows = [("path", f["path"]),
+            ("fused depth", "%d (%d fused passes, %d unfused steps)"
+             % (f["fused_depth"], f["fused_passes"], f["unfused_steps"])),
+            ("bytes/point/step", "%.3g" % f["bytes_per_point_per_step"]),
+            ("flops/point/step", "%.3g useful, %.3g executed"
+             % (f["flops_per_point_per_step"],
+                f["executed_flops_per_point_per_step"])),
+            ("predicted time", _seconds(f["predicted_seconds"])
+             + ("" if f["predicted_gstencils_per_s"] is None
+                else " (%.4g GStencils/s)" % f["predicted_gstencils_per_s"])),
+            ("bound", f["bound"])]
+    if f["transfer_seconds"] is not None:
+        rows.append(("with transfers", "%s (NumPy grid: upload and "
+                     "download %s)" % (_seconds(f["predicted_seconds"]
+                                                + f["transfer_seconds"]),
+                                       _seconds(f["transfer_seconds"]))))
+    lines += ["  %-17s %s" % row for row in rows]
+    if f["passes"]:
+        lines.append("  passes:")
+        for p in f["passes"]:
+            lines.append("    %4d x %-11s %-9s depth %-2d %6.3g B/pt  %s each,"
+                         " %s" % (p["count"], p["label"], p["kernel"],
+                                  p["depth"], p["bytes_per_point"],
+                                  _seconds(p["seconds"]), p["bound"]))
+    if f["alternatives"]:
+        lines.append("  alternatives:")
+        for a in f["alternatives"]:
+            what = ("%s, %s" % (_seconds(a["predicted_seconds"]), a["bound"])
+                    if a["runs"] else "cannot run: %s" % a["reason"])
+            lines.append("    %-24s %s%s" % (a["path"], what,
+                                             "  <- chosen" if a["chosen"]
+                                             else ""))
+        if f["model_agrees"] is not None:
+            lines.append("  the model %s the planner's choice"
+                         % ("agrees with" if f["model_agrees"]
+                            else "would not make"))
+    lines += ["  note: %s" % n for n in f["notes"]]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# arguments
+
+def _shape_of(grid_or_shape):
+    """(shape, transfers): transfers True for a host array, False for a
+    GPU array, None for a bare shape (shown as for a NumPy grid)."""
+    if isinstance(grid_or_shape, (tuple, list)):
+        shape = grid_or_shape
+        transfers = None
+    elif _device.is_device_array(grid_or_shape):
+        shape = _device.device_view(grid_or_shape, known=True).shape
+        transfers = False
+    elif hasattr(grid_or_shape, "shape") and not isinstance(
+            grid_or_shape, (str, bytes)):
+        shape = np.shape(grid_or_shape)
+        transfers = True
+    else:
+        raise TypeError("explain() takes a grid or a shape (a tuple of "
+                        "ints), got %s" % type(grid_or_shape).__name__)
+    if any(isinstance(n, (bool, np.bool_)) or not isinstance(
+            n, numbers.Integral) for n in shape):
+        raise TypeError("shape must hold integers, got %r" % (shape,))
+    return tuple(int(n) for n in shape), transfers
+
+
+def _max_depth(max_depth):
+    if max_depth is None:
+        env = os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", "")
+        return int(env) if env.isdigit() else 0
+    if isinstance(max_depth, bool) or not isinstance(
+            max_depth, numbers.Integral):
+        raise TypeError("max_depth must be an integer, got %r"
+                        % (max_depth,))
+    if max_depth < 0:
+        raise ValueError("max_depth must be >= 0, got %d" % max_depth)
+    return int(max_depth)
+
+
+def _stencil_name(stencil):
+    if isinstance(stencil, str):
+        return stencil
+    if isinstance(stencil, Stencil):
+        return getattr(stencil, "name", None) or "custom"
+    return "custom weights"
+
+
+# ---------------------------------------------------------------------------
+# the explanation
+
+def _pass_rows(passes):
+    return [{"label": p.label, "kernel": p.kernel, "count": p.count,
+             "depth": p.depth, "bytes_per_point": p.bytes,
+             "useful_flops_per_point": p.useful_flops,
+             "executed_flops_per_point": p.executed_flops,
+             "unit": p.unit, "seconds": p.seconds, "bound": p.bound}
+            for p in passes]
+
+
+def _per_step(passes, steps, attr):
+    if not steps:
+        return 0.0
+    return sum(p.count * getattr(p, attr) for p in passes) / float(steps)
+
+
+def _gpu_device():
+    name = _backends.cuda_device()
+    if name is None:
+        return "NVIDIA H100 80GB HBM3 (assumed: no GPU visible)", True
+    if "H100" in name:
+        return name, False
+    return "%s (rates of an H100 assumed)" % name, True
+
+
+def _explain_gpu(shape, w, mode, steps, backend, max_depth, rates,
+                 transfers):
+    rates = _model.gpu_rates(rates)
+    path = _GPU_PATHS[backend]
+    seconds, bound, passes, plan = _model.predict_gpu(
+        shape, w, mode, steps, path, max_depth, rates)
+    device, assumed = _gpu_device()
+    fields = _common(shape, steps, mode, backend, plan["path"],
+                     plan["fused_depth"], plan["fused_passes"],
+                     plan["unfused_steps"], passes, seconds, bound)
+    fields.update(device=device, device_assumed=assumed,
+                  pass_kind=plan["pass"], band=plan["band"],
+                  transfer_seconds=(None if transfers is False else
+                                    _model.transfer_seconds(shape, rates)))
+    if transfers is None:
+        fields["notes"].append("'with transfers' applies to a NumPy grid; "
+                               "a GPU array stays on the device")
+    if backend == "cuda":
+        _add_candidates(fields, shape, w, mode, steps, max_depth, rates,
+                        plan["path"])
+    return fields
+
+
+def _add_candidates(fields, shape, w, mode, steps, max_depth, rates, chosen):
+    """Each path the planner could run for the kernel, predicted."""
+    alts = []
+    for path in _CANDIDATES:
+        try:
+            t, b, _, _ = _model.predict_gpu(shape, w, mode, steps, path,
+                                            max_depth, rates)
+        except ValueError as exc:
+            alts.append({"path": path, "runs": False, "reason": str(exc),
+                         "predicted_seconds": None, "bound": None,
+                         "chosen": False})
+            continue
+        alts.append({"path": path, "runs": True, "reason": None,
+                     "predicted_seconds": t, "bound": b,
+                     "chosen": path == chosen})
+    runnable = [a for a in alts if a["runs"]]
+    fastest = min(runnable, key=lambda a: a["predicted_seconds"])
+    fields["alternatives"] = alts
+    fields["model_agrees"] = (steps == 0 or fastest["path"] == chosen
+                              or fastest["predicted_seconds"]
+                              >= 0.98 * fields["predicted_seconds"])
+
+
+def _explain_cpu(shape, w, mode, steps, rates):
+    rates = _model.cpu_rates(rates)
+    plan = _model.cpu_plan(shape, w, mode, steps, rates["threads"])
+    seconds, bound, compute, memory = _model.cpu_time(plan, shape, rates)
+    npts = float(np.prod(shape))
+    useful = 2.0 * np.count_nonzero(w)
+    row = _model.Pass("blocked pass" if plan["depth"] > 1 or plan["path"]
+                      != "direct" else "step", plan["path"], plan["passes"],
+                      plan["depth"],
+                      plan["moved"] / max(plan["passes"], 1),
+                      useful * plan["depth"],
+                      2.0 * plan["taps"] / max(plan["passes"], 1), "FP64 units",
+                      seconds / max(plan["passes"], 1), bound)
+    passes = [row] if steps else []
+    fields = _common(shape, steps, mode, "cpu", plan["path"], plan["depth"],
+                     plan["passes"] if plan["depth"] > 1 else 0,
+                     0 if plan["depth"] > 1 else steps, passes, seconds,
+                     bound)
+    fields.update(device="this CPU, %d thread(s): %.3g GB/s copy, %.3g "
+                  "GFLOP/s FP64 (measured)" % (
+                      plan["threads"], rates["bandwidth"] / 1e9,
+                      rates["fp64_flops"] / 1e9),
+                  device_assumed=False, pass_kind=plan["path"],
+                  band="none", transfer_seconds=None)
+    direct = dict(plan, path="direct", depth=1, passes=steps,
+                  taps=steps * plan["row_taps"],
+                  moved=16.0 * steps if npts * 16 > _model.CPU_DIRECT_BYTES
+                  else 0.0, fresh=0.0)
+    t_direct, b_direct, _, _ = _model.cpu_time(direct, shape, rates)
+    fields["alternatives"] = [
+        {"path": plan["path"] + (" (T=%d)" % plan["depth"]
+                                 if plan["depth"] > 1 else ""),
+         "runs": True, "reason": None, "predicted_seconds": seconds,
+         "bound": bound, "chosen": True}]
+    if plan["path"] != "direct":
+        fields["alternatives"].append(
+            {"path": "direct", "runs": True, "reason": None,
+             "predicted_seconds": t_direct, "bound": b_direct,
+             "chosen": False})
+    fields["notes"].append("the CPU engine's choice of T is its own "
+                           "(csrc/cpu/cpu_engine.c); this is the model's "
+                           "mirror of it: last_run_info() after a run says "
+                           "which path ran")
+    return fields
+
+
+def _explain_cpu_tc(shape, w, mode, steps, max_depth):
+    plan = _model.gpu_plan(shape, w, mode, steps, "tensor-core", 9,
+                           max_depth)
+    rates = _model.gpu_rates()
+    passes = _model.gpu_passes(plan, shape, w, mode, rates)
+    fields = _common(shape, steps, mode, "cpu-tc", plan["path"],
+                     plan["fused_depth"], plan["fused_passes"],
+                     plan["unfused_steps"], passes, None, NOT_MODELLED)
+    fields.update(device="this CPU (emulating an sm_90 device's "
+                  "tensor-core plan)", device_assumed=False,
+                  pass_kind=plan["pass"], band=plan["band"],
+                  transfer_seconds=None)
+    for p in fields["passes"]:
+        p["seconds"], p["bound"] = None, NOT_MODELLED
+    fields["notes"].append("cpu-tc checks the tensor-core algorithm and "
+                           "is slow by design; its time is not predicted")
+    return fields
+
+
+def _common(shape, steps, mode, backend, path, depth, fused, unfused,
+            passes, seconds, bound):
+    npts = float(np.prod(shape))
+    return {
+        "backend": backend, "shape": shape, "steps": steps, "mode": mode,
+        "path": path, "fused_depth": depth, "fused_passes": fused,
+        "unfused_steps": unfused,
+        "bytes_per_point_per_step": _per_step(passes, steps, "bytes"),
+        "flops_per_point_per_step": _per_step(passes, steps,
+                                              "useful_flops"),
+        "executed_flops_per_point_per_step": _per_step(
+            passes, steps, "executed_flops"),
+        "predicted_seconds": seconds,
+        "predicted_gstencils_per_s": (npts * steps / seconds / 1e9
+                                      if seconds and steps else None),
+        "bound": bound, "passes": _pass_rows(passes), "alternatives": [],
+        "model_agrees": None, "notes": []}
+
+
+def explain(grid_or_shape, stencil=None, *, weights=None, steps=1,
+            mode="constant", backend="auto", max_depth=None, rates=None):
+    """The plan a run of `stencil` on `grid_or_shape` would follow, and
+    the time the performance model predicts for it.
+
+    `grid_or_shape` is a grid (NumPy or GPU array) or its shape; the
+    other arguments are apply()'s.  GPU backends ("cuda", "cuda-tc",
+    "cuda-core") are explained on any machine: without a GPU for an H100
+    (the printout says the device is assumed).  `max_depth` caps the
+    fused depth as CONVSTENCIL_CUDA_MAX_DEPTH does (None: that variable);
+    `rates` overrides the model's rates (GPU: "bandwidth",
+    "tensor_flops", "fp64_flops", "smem_rate", "h2d", "d2h",
+    "launch_seconds"; CPU: "bandwidth", "fp64_flops", "threads").
+
+    Returns an Explanation: path, fused_depth, bytes_per_point_per_step,
+    flops_per_point_per_step (useful: 2 x the nonzero taps),
+    executed_flops_per_point_per_step, predicted_seconds (device time on
+    the GPU), transfer_seconds (a NumPy grid's upload and download),
+    bound ("memory", "tensor cores", "FP64 units", "shared memory" or
+    "launches"), passes, and for backend "cuda" the alternatives (each
+    path that runs the kernel, predicted) and model_agrees.
+
+    >>> print(convstencil.explain((4096, 4096), "heat2d", steps=100,
+    ...                           backend="cuda"))
+    """
+    from ._apply import (_backend_name, _check_ndim, _resolve_mode,
+                         _resolve_steps, _resolve_weights)
+    shape, transfers = _shape_of(grid_or_shape)
+    w = np.ascontiguousarray(_resolve_weights(stencil, weights),
+                             dtype=np.float64)
+    _check_ndim(shape, w)
+    steps = _resolve_steps(steps)
+    mode = _resolve_mode(mode)
+    backend = _backend_name(backend)
+    max_depth = _max_depth(max_depth)
+    if rates is not None and not isinstance(rates, dict):
+        raise TypeError("rates must be a dict, got %s"
+                        % type(rates).__name__)
+    if backend == "auto":
+        backend = "cuda" if transfers is False else _backends.best_backend()
+    if backend in _GPU_PATHS:
+        fields = _explain_gpu(shape, w, mode, steps, backend, max_depth,
+                              rates, transfers)
+    elif backend == "cpu":
+        fields = _explain_cpu(shape, w, mode, steps, rates)
+    else:
+        fields = _explain_cpu_tc(shape, w, mode, steps, max_depth)
+    fields["stencil"] = _stencil_name(stencil)
+    return Explanation(fields)
+
+
+# ---------------------------------------------------------------------------
+# last_run_info()
+
+@functools.lru_cache(maxsize=128)
+def _predicted_cached(shape, wbytes, wshape, mode, steps, backend, path,
+                      max_depth):
+    w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
+    try:
+        if path == "direct":
+            # a device array's single step: one direct kernel, read and
+            # written once, as the generic CUDA-core kernel
+            return (float(np.prod(shape)) * 16.0
+                    / (_model.H100["bandwidth"]
+                       * _model.MEM_FRACTION["cudacore"]))
+        if backend in _GPU_PATHS:
+            return _model.predict_gpu(shape, w, mode, steps,
+                                      _GPU_PATHS[backend], max_depth)[0]
+        if backend == "cpu":
+            rates = _model.cpu_rates()
+            plan = _model.cpu_plan(shape, w, mode, steps, rates["threads"])
+            return _model.cpu_time(plan, shape, rates)[0]
+    except ValueError:
+        return None
+    return None  # cpu-tc: not modelled
+
+
+def add_prediction(info, model_args):
+    """Add predicted_seconds and fraction_of_prediction (measured time /
+    predicted) to a copy of a run's record."""
+    shape, w, mode, steps, backend = model_args
+    predicted = _predicted_cached(shape, w.tobytes(), w.shape, mode, steps,
+                                  backend, info.get("path"),
+                                  _max_depth(None))
+    measured = info.get("device_seconds")
+    if backend not in _GPU_PATHS:
+        measured = info.get("wall_seconds")
+    info["predicted_seconds"] = predicted
+    info["fraction_of_prediction"] = (
+        measured / predicted if measured is not None and predicted
+        and info.get("nonfinite") is not True else None)
+    return info

@@ -1,0 +1,592 @@
+"""The performance model behind explain(): what a run moves and computes,
+and how long that takes on the device that runs it.
+
+Each pass of a plan (a fused pass, or one unfused step) is priced on the
+resources its kernel uses: DRAM (bytes over the copy bandwidth, times the
+fraction of it that kernel family reaches), its arithmetic unit (tensor
+cores or FP64 CUDA cores, executed flops over an attainable rate) and,
+for the tensor-core kernels, shared memory (the stencil2row operands are
+staged there).  A pass takes the longest of these, plus its launches; the
+resource that won is the pass's bound, and a run's bound is the one that
+costs it the most time.  The GPU plan is the engine's own
+(``_core.plan``, csrc/plan.c); the CPU model mirrors the blocked path's
+cost model in csrc/cpu/cpu_engine.c.  Every constant names its source;
+the GPU ones are checked against the committed H100 figures by
+tests/test_explain.py.
+"""
+import collections
+import functools
+import os
+import time
+
+import numpy as np
+
+from . import _core
+
+# ---------------------------------------------------------------------------
+# GPU constants (H100 80GB HBM3, SXM)
+
+H100 = {
+    # copy bandwidth, read + write: benchmarks/results/h100_2d.md (2999),
+    # h100_1d.md (3006), h100_3d.md (2986 GB/s)
+    "bandwidth": 3.0e12,
+    # FP64 peaks of the H100 SXM datasheet: tensor cores, CUDA cores
+    "tensor_flops": 67e12,
+    "fp64_flops": 34e12,
+    # pinned host <-> device rates: h100_e2e_plan.json
+    # (pinned_h2d_bytes_per_s, pinned_d2h_bytes_per_s)
+    "h2d": 54.7e9,
+    "d2h": 55.0e9,
+    # SMs, and the SMs a banded tensor-core pass leaves to the band stream
+    # (docs/ARCHITECTURE.md, "tensor-core")
+    "sms": 132,
+    "band_sms": 4,
+    # the gap one more dependent launch adds to a step loop: the
+    # host microseconds of a queued steps=1 call (h100_e2e_plan.md, 26 us
+    # with stream=) are the host's; the device's gap is a few us
+    "launch_seconds": 4e-6,
+}
+
+# Fraction of the copy bandwidth a kernel family reaches when bound by
+# memory (per point: one read and one write of the grid).
+MEM_FRACTION = {
+    "tc2d": 0.89,      # h100_1d_depth.md: folded tc2d pass 167.8 of 186.8
+    "tc1d": 0.85,      # h100_1d_depth.md: tc1d payload 15, 159 of 187.9
+    "tc3d": 0.62,      # h100_3d.md: heat3d on tc3d, 116.0 of 186.6 (its
+                       # point planes are read from global memory)
+    "cc2d": 0.91,      # h100_2d.md: cc2d 170.2 to 172.4 of 187.4
+    "cc3d": 0.91,      # h100_3d_depth_cuda_core.md: depth 1, 170.7 of 186.6
+    "cudacore": 0.60,  # h100_1d.md: heat1d on cudacore.cu, 112.7 of 187.9
+}
+
+# Attainable fraction of the FP64 tensor-core peak.  tc2d and tc3d never
+# reach it on the measured kernels (shared memory binds first: below);
+# tc1d (payload 31, four MMA n-blocks per group) is fitted to its
+# measured pass, h100_1d.md: 1990.8 / 15 = 133 G points/s at 128 flops.
+TENSOR_FRACTION = {"tc2d": 0.5, "tc3d": 0.5, "tc1d": 0.254}
+
+# Attainable fraction of the FP64 CUDA-core peak, by tap set: boxes from
+# h100_3d_paths.md (5x5x5 box on cc3d, 53.9 G points/s x 250 flops =
+# 13.5 TFLOP/s), diamonds from h100_3d_depth_cuda_core.md (heat3d depth
+# 3, 63 taps: 64.9 G points/s per pass, 8.2 TFLOP/s).
+FP64_FRACTION = {"box": 0.40, "plus": 0.40, "rank1": 0.40, "diamond": 0.24,
+                 "generic": 0.40}
+
+# Shared memory the tensor-core kernels reach (bytes/s), staging the
+# stencil2row operands: the bytes per output come from layout.h (below)
+# and match Nsight Compute (h100_ncu_tc2d.md: 104 B of operand loads and
+# 21 B of stores per output of a 7 x 7 pass); the rate is fitted to tc2d
+# running 7 x 7 kernels at 144.8 and 143.6 G points/s (h100_2d.md,
+# star2d13p and box2d49p on tensor cores) x 125.7 B.
+SMEM_RATE = 18.2e12
+
+# tc2d's tile (csrc/cuda/tc2d.cu, also tc3d's: 32 rows x 128 columns).
+TC_TILE_ROWS = 32
+TC_TILE_COLS = 128
+
+# Seconds per band point of a fused cc3d pass recomputed in place
+# (fused_band.cu): h100_3d_depth_cuda_core.md, heat3d depth 2, the pass
+# alone 325.9 and with the band 267.7 G stencils/s on 512^3 (1.56 M band
+# points): 0.179 ms per pass.
+BAND_IN_PLACE_SECONDS = 1.14e-10
+
+BOUNDS = ("memory", "tensor cores", "FP64 units", "shared memory",
+          "launches")
+
+# ---------------------------------------------------------------------------
+# kernels: composition and the tap sets the CUDA-core kernels run
+
+
+def sides3(w):
+    return (1,) * (3 - w.ndim) + tuple(w.shape)
+
+
+def compose(w, depth):
+    """The kernel of `depth` steps of w (full convolution of w with
+    itself), as csrc/stencil.c's cs_kernel_compose builds it."""
+    out = w
+    for _ in range(depth - 1):
+        size = tuple(a + b - 1 for a, b in zip(out.shape, w.shape))
+        acc = np.zeros(size)
+        for idx in zip(*np.nonzero(w)):
+            sl = tuple(slice(i, i + n) for i, n in zip(idx, out.shape))
+            acc[sl] += w[idx] * out
+        out = acc
+    return out
+
+
+def _is_plus(w):
+    c = w.shape[-1] // 2
+    mask = np.zeros(w.shape, dtype=bool)
+    mask[c, :] = True
+    mask[:, c] = True
+    return not np.any(w[~mask])
+
+
+def _is_rank1(w):
+    """An outer product col x row, each weight within 4 ulp (plan.c's
+    cs_outer_factors): factors from the largest weight's row and column."""
+    i, j = np.unravel_index(np.argmax(np.abs(w)), w.shape)
+    if w[i, j] == 0:
+        return False
+    approx = np.outer(w[:, j] / w[i, j], w[i, :])
+    tol = 4 * np.spacing(np.abs(w)) + (w == 0) * 0.0
+    return bool(np.all(np.abs(approx - w) <= tol)
+                and np.all((approx == 0) == (w == 0)))
+
+
+def _is_diamond(w):
+    k = w.shape[0]
+    r = (k - 1) // 2
+    idx = np.indices(w.shape) - r
+    outside = np.abs(idx).sum(axis=0) > r
+    return not np.any(w[outside])
+
+
+def cc_taps(w):
+    """(kernel, tap set, multiply-adds per output) of the CUDA-core kernel
+    that runs one step of w (plan.c: cs_cc2d_taps, cs_cc3d_taps)."""
+    k = w.shape[-1]
+    square = all(s == k for s in w.shape) and k in (3, 5, 7)
+    if w.ndim == 2 and square:
+        if _is_plus(w):
+            return "cc2d", "plus", 2 * k - 1
+        if _is_rank1(w):
+            # each thread: 8 rows x 2 columns; a row sum per input row and
+            # output column, then a column sum (cc2d.cu): 19 for 7 x 7
+            return "cc2d", "rank1", (8 + k - 1) * k / 8.0 + k
+        return "cc2d", "box", k * k
+    if w.ndim == 3 and square:
+        if _is_diamond(w):
+            return "cc3d", "diamond", int(np.count_nonzero(
+                np.abs(np.indices(w.shape) - k // 2).sum(axis=0) <= k // 2))
+        if k != 7:
+            return "cc3d", "box", k ** 3
+    return "cudacore", "generic", int(np.count_nonzero(w)) or 1
+
+
+# ---------------------------------------------------------------------------
+# tensor-core work, from csrc/layout.h
+
+
+def _payload(kx):
+    return 7 if kx <= 7 else 15 if kx <= 15 else 31
+
+
+def tc_costs(wk, kind):
+    """Per output of one tensor-core pass of composed kernel wk: executed
+    tensor flops, CUDA-core flops (tc3d's point planes) and shared-memory
+    bytes.
+
+    layout.h: the ky x kx kernel sits in a payload of P columns, groups of
+    G = P + 1 outputs; each output takes kpad multiply-adds from matrix A
+    and kpad from B (K = ky * P padded to the MMA's k = 4), so 4 * kpad
+    flops on tensor cores.  An m16n8k4 A fragment (16 x 4 doubles, from
+    shared memory) serves 16 groups x 8 outputs: 4 bytes per output and
+    k-step, 2 * kpad bytes per output (tc1d loads it once for two
+    n-blocks: kpad).  The loader stores each input element into A and B:
+    16 bytes x G / P x (tile rows + ky - 1) / tile rows per output.
+    """
+    kz, ky, kx = sides3(wk)
+    planes = wk.reshape(kz, ky, kx)
+    dense = [p for p in planes if np.count_nonzero(p) > 1]
+    points = sum(1 for p in planes if np.count_nonzero(p) == 1)
+    p_ = _payload(kx)
+    kpad = -(-ky * p_ // 4) * 4
+    operand = kpad if kind == "tc1d" else 2 * kpad
+    stores = 16.0 * (p_ + 1) / p_ * (TC_TILE_ROWS + ky - 1) / TC_TILE_ROWS
+    n = max(len(dense), 1)
+    return 4.0 * kpad * n, 2.0 * points, (operand + stores) * n
+
+
+# ---------------------------------------------------------------------------
+# GPU passes
+
+Pass = collections.namedtuple(
+    "Pass", "label kernel count depth bytes useful_flops executed_flops "
+            "unit seconds bound")
+
+
+def _pass_time(resources, launches, rates, extra=0.0):
+    """The longest resource, plus launches; (seconds, bound)."""
+    bound, t = max(resources.items(), key=lambda kv: kv[1])
+    t_launch = launches * rates["launch_seconds"]
+    if t_launch > t:
+        bound = "launches"
+    return t + t_launch + extra, bound
+
+
+def _gpu_pass(plan, w, shape, mode, rates, fused):
+    """Cost of one pass (fused: the plan's pass kind; else one step)."""
+    npts = float(np.prod(shape))
+    depth = plan["fused_depth"] if fused else 1
+    wk = compose(w, depth) if depth > 1 else w
+    useful = 2.0 * np.count_nonzero(wk)
+    bytes_ = 16.0
+    launches = 1 + (mode != "constant" or plan["fold"])  # halo refresh
+    extra = 0.0
+    kind = plan["pass"] if fused else None
+    if kind in ("tc2d", "tc1d", "tc3d"):
+        tflops, cflops, smem = tc_costs(wk, kind)
+        unit = "tensor cores"
+        sm_share = 1.0
+        tiles = _tile_waste(plan["run_shape"], kind)
+        if plan["band"] == "strips":
+            sm_share = (rates["sms"] - rates["band_sms"]) / rates["sms"]
+        res = {
+            "memory": npts * bytes_ / (rates["bandwidth"]
+                                       * MEM_FRACTION[kind]),
+            "tensor cores": npts * tiles * tflops / (rates["tensor_flops"]
+                                             * TENSOR_FRACTION[kind]
+                                             * sm_share),
+            "shared memory": npts * tiles * smem / (rates["smem_rate"]
+                                                    * sm_share),
+        }
+        executed = tflops + cflops
+    else:
+        if kind == "cc3d":
+            kernel, taps, macs = cc_taps(wk)
+        elif plan["fold"]:
+            kernel, taps, macs = "cudacore", "generic", np.count_nonzero(w)
+        else:
+            kernel, taps, macs = cc_taps(wk)
+        kind = kernel
+        unit = "FP64 units"
+        executed = 2.0 * macs
+        res = {
+            "memory": npts * bytes_ / (rates["bandwidth"]
+                                       * MEM_FRACTION[kernel]),
+            "FP64 units": npts * executed / (rates["fp64_flops"]
+                                             * FP64_FRACTION[taps]),
+        }
+    if fused and plan["band"] in ("strips", "fold-ends"):
+        # edge strips gathered, stepped `depth` times and scattered on the
+        # band stream (overlapped); their traffic shares DRAM
+        strip = _strip_points(plan, shape)
+        bytes_ += 16.0 * strip * (depth + 2) / npts
+        res["memory"] += 16.0 * strip * (depth + 2) / rates["bandwidth"]
+        launches += 1  # the scatter waits for the main pass
+    if fused and plan["band"] == "in-place":
+        extra = _band_points(plan, shape) * rates["band_in_place_seconds"]
+        launches += 1
+    seconds, bound = _pass_time(res, launches, rates, extra)
+    return Pass("fused pass" if fused else "single step", kind,
+                0, depth, bytes_, useful, executed, unit, seconds, bound)
+
+
+def _tile_waste(run, kind):
+    """Outputs computed per useful one: tc2d and tc3d compute whole tiles
+    of 32 rows x 128 columns (a 513-column grid computes 640); tc1d's
+    rows are whole folds."""
+    if kind == "tc1d":
+        return 1.0
+    ny, nx = run[1], run[2]
+    return (-(-ny // TC_TILE_ROWS) * TC_TILE_ROWS / ny
+            * -(-nx // TC_TILE_COLS) * TC_TILE_COLS / nx)
+
+
+def _strip_points(plan, shape):
+    run = plan["run_shape"]
+    total = float(np.prod(run))
+    pts = 0.0
+    if plan["fold"]:
+        return 2.0 * plan["strip_widths"][2]
+    for a in range(3):
+        if plan["strip_widths"][a] and run[a] > 1:
+            pts += 2.0 * plan["strip_widths"][a] * total / run[a]
+    return pts
+
+
+def _band_points(plan, shape):
+    run = plan["run_shape"]
+    inner = 1.0
+    for a in range(3):
+        inner *= max(run[a] - 2 * plan["band_widths"][a], 0)
+    return float(np.prod(run)) - inner
+
+
+@functools.lru_cache(maxsize=256)
+def _plan_cached(shape, wbytes, wshape, mode_code, steps, path_code,
+                 cc_major, max_depth):
+    w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
+    return _core.plan(shape, w, mode_code, steps, path_code,
+                      cc_major=cc_major, max_depth=max_depth)
+
+
+def gpu_plan(shape, w, mode, steps, path, cc_major=9, max_depth=0):
+    """The engine's plan (a dict; ValueError when `path` cannot run w)."""
+    from ._apply import MODE_CODES
+    codes = {"auto": _core.PATH_AUTO, "tensor-core": _core.PATH_TENSOR_CORE,
+             "cuda-core": _core.PATH_CUDA_CORE}
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    return dict(_plan_cached(tuple(int(n) for n in shape), w.tobytes(),
+                             w.shape, MODE_CODES[mode], int(steps),
+                             codes[path], cc_major, int(max_depth)))
+
+
+def gpu_passes(plan, shape, w, mode, rates):
+    """The passes of a plan, priced: a list of Pass with counts."""
+    passes = []
+    if plan["fused_passes"]:
+        p = _gpu_pass(plan, w, shape, mode, rates, True)
+        passes.append(p._replace(count=plan["fused_passes"]))
+    if plan["unfused_steps"]:
+        p = _gpu_pass(plan, w, shape, mode, rates, False)
+        passes.append(p._replace(count=plan["unfused_steps"]))
+    return passes
+
+
+def transfer_seconds(shape, rates):
+    """A NumPy grid's upload and the result's download (pinned rates)."""
+    nbytes = 8.0 * float(np.prod(shape))
+    return nbytes / rates["h2d"] + nbytes / rates["d2h"]
+
+
+def gpu_rates(overrides=None):
+    rates = dict(H100)
+    rates["smem_rate"] = SMEM_RATE
+    rates["band_in_place_seconds"] = BAND_IN_PLACE_SECONDS
+    rates.update(overrides or {})
+    return rates
+
+
+# ---------------------------------------------------------------------------
+# CPU: csrc/cpu/cpu_engine.c's blocked path and its cost model, mirrored
+
+CPU_L2_BYTES = 1536 * 1024       # CS_CPU_L2_BYTES
+CPU_CACHE_BYTES = 6 * 1024 * 1024  # CS_CPU_CACHE_BYTES
+CPU_DIRECT_BYTES = 2 * 1024 * 1024  # CS_CPU_DIRECT_BYTES
+CPU_MAX_DEPTH = 32               # MAX_DEPTH
+CPU_LANES = 8                    # LANES
+CPU_TILES_PER_THREAD = 2         # TILES_PER_THREAD
+CPU_MIN_TILE_MARGINS, CPU_MIN_TILE, CPU_MIN_TILE_X = 4, 8, 256
+CPU_MIN_WORK_PER_THREAD = 1 << 16
+COST_BYTE, COST_FRESH_BYTE, COST_OUTER_CACHE = 1.3, 10.0, 1.05
+# Fraction of the machine's measured FP64 multiply-add rate (a NumPy
+# matrix product) that the engine's row kernels reach: one broadcast
+# weight and one load per FMA.  Loosely calibrated on benchmarks/
+# results/cpu.md (2 EPYC cores: heat2d 3.24 G stencils/s, 5 taps).
+CPU_TAP_FRACTION = 0.35
+# Seconds per step of the direct path beyond its work: an OpenMP barrier
+# and the halo refresh (a few microseconds).
+CPU_STEP_SECONDS = 3e-6
+# A fresh result's first touch, seconds per byte and core (cpu_engine.c:
+# "0.4-0.5 ns per byte measured").
+CPU_FRESH_SECONDS_PER_BYTE = 0.45e-9
+
+
+def _has_avx512():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx512f" in f.read(1 << 16)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _vecs():
+    return 8 if _has_avx512() else 4
+
+
+def cpu_threads():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+_cpu_rates = None
+
+
+def measure_cpu_rates():
+    """This machine's copy bandwidth (read + write, bytes/s) and FP64
+    rate (flops/s, all cores): a few milliseconds of NumPy, once."""
+    global _cpu_rates
+    if _cpu_rates is None:
+        a = np.ones(1 << 22)      # 32 MiB: past the caches
+        b = np.empty_like(a)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            np.copyto(b, a)
+            best = min(best, time.perf_counter() - t0)
+        bandwidth = 2 * a.nbytes / best
+        m = np.ones((256, 256))
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            m @ m
+            best = min(best, time.perf_counter() - t0)
+        _cpu_rates = {"bandwidth": bandwidth,
+                      "fp64_flops": 2 * 256.0 ** 3 / best}
+    return dict(_cpu_rates)
+
+
+def cpu_rates(overrides=None):
+    rates = measure_cpu_rates() if not (
+        overrides and {"bandwidth", "fp64_flops"} <= set(overrides)) else {}
+    rates.update({"threads": cpu_threads(),
+                  "step_seconds": CPU_STEP_SECONDS})
+    rates.update(overrides or {})
+    return rates
+
+
+class _CpuEngine:
+    """The engine's view of a grid (cpu_engine.c engine_init): 3D extents
+    (a 2D grid {ny, nx} streams as {ny, 1, nx}), radii, taps."""
+
+    def __init__(self, shape, w, mode):
+        s = (1,) * (3 - len(shape)) + tuple(shape)
+        k = sides3(w)
+        if len(shape) == 2:
+            s, k = (s[1], 1, s[2]), (k[1], 1, k[2])
+        self.n = s
+        self.r = tuple((x - 1) // 2 for x in k)
+        self.wrap = mode == "wrap"
+        nz = np.count_nonzero(w)
+        self.taps = float(max(nz, 1))
+        kx = w.shape[-1]
+        rows = w.reshape(-1, kx)
+        sep_max = 7 if _vecs() == 8 else 3
+        if (3 <= kx <= sep_max and rows.shape[0] > 1 and _is_rank1(rows)
+                and np.all(rows[np.argmax(np.abs(rows).max(axis=1))] != 0)):
+            nrows = np.count_nonzero(np.abs(rows).sum(axis=1))
+            sep = nrows * (_vecs() + kx - 1.0) / _vecs() + kx
+            self.taps = min(self.taps, sep)
+
+
+def _wrap_margins(e, count, a):
+    return e.wrap and e.r[a] > 0 and (a == 0 or count[a] > 1)
+
+
+def _held(e, tile, count, depth, a):
+    if count[a] == 1 and not _wrap_margins(e, count, a):
+        return e.n[a]
+    return tile[a] + 2 * depth * e.r[a]
+
+
+def _ring_bytes(e, tile, count, depth):
+    row = (-(-_held(e, tile, count, depth, 2) // CPU_LANES)
+           + 2 * e.r[2]) * CPU_LANES
+    plane = row * (_held(e, tile, count, depth, 1) + 2 * e.r[1])
+    return (depth + 1.0) * (2 * e.r[0] + 1) * plane * 8
+
+
+def _tile_min(e, a, depth):
+    m = max(CPU_MIN_TILE_MARGINS * depth * e.r[a], e.r[a] + 1)
+    return max(m, CPU_MIN_TILE_X if a == 2 else CPU_MIN_TILE)
+
+
+def _split(e, tile, count, depth, a, most):
+    if most >= e.n[a]:
+        tile[a], count[a] = e.n[a], 1
+        return True
+    if most < _tile_min(e, a, depth) or e.n[a] <= 2 * e.r[a]:
+        return False
+    count[a] = -(-e.n[a] // most)
+    tile[a] = -(-e.n[a] // count[a])
+    return True
+
+
+def _fit_tiles(e, nt, budget, depth):
+    tile, count = list(e.n), [1, 1, 1]
+    rb = _ring_bytes(e, tile, count, depth)
+    if rb > budget and e.n[1] > 1:
+        per_row = rb / (_held(e, tile, count, depth, 1) + 2 * e.r[1])
+        most = int(budget / per_row) - 2 * (depth + 1) * e.r[1]
+        _split(e, tile, count, depth, 1, max(most, _tile_min(e, 1, depth)))
+    rb = _ring_bytes(e, tile, count, depth)
+    if rb > budget:
+        per_pt = rb / (_held(e, tile, count, depth, 2) + 2 * e.r[2])
+        most = (int(budget / per_pt) - 2 * (depth + 1) * e.r[2]
+                - CPU_LANES)
+        if not _split(e, tile, count, depth, 2, most):
+            return None
+    want = CPU_TILES_PER_THREAD * nt
+    tiles = count[1] * count[2]
+    if nt > 1 and tiles < want:
+        blocks = -(-want // tiles)
+        most = max(-(-e.n[0] // blocks), _tile_min(e, 0, depth))
+        if not _split(e, tile, count, depth, 0, most):
+            tile[0], count[0] = e.n[0], 1
+    return tile, count
+
+
+def _tiling_cost(e, tile, count, depth, steps):
+    """cpu_engine.c tiling_cost: (taps, bytes moved, fresh bytes) per
+    point for the whole run, and the cost in tap units."""
+    redundant = loaded = 1.0
+    for a in range(3):
+        held = float(_held(e, tile, count, depth, a))
+        out = float(tile[a])
+        shrink = (held - out) / 2.0 / depth
+        redundant *= (held / out if a == 2
+                      else (out + (depth - 1) * shrink) / out)
+        loaded *= held / out
+    passes = -(-steps // depth)
+    taps = steps * e.taps * redundant
+    if _ring_bytes(e, tile, count, depth) > CPU_L2_BYTES:
+        taps *= COST_OUTER_CACHE
+    moved = passes * (8.0 * loaded + 16.0)
+    fresh = 8.0 if passes > 1 else 0.0
+    return taps, moved, fresh, taps + moved * COST_BYTE + \
+        fresh * COST_FRESH_BYTE
+
+
+def cpu_plan(shape, w, mode, steps, threads):
+    """What the CPU engine runs: a dict with path, depth (T), passes,
+    taps, bytes moved and fresh bytes per point over the run."""
+    e = _CpuEngine(shape, w, mode)
+    npts = float(np.prod(shape))
+    nt = max(1, min(threads, int(npts * e.taps // CPU_MIN_WORK_PER_THREAD)
+                    or 1))
+    best = None
+    if npts * 8 > CPU_DIRECT_BYTES and steps > 0:
+        for t in range(1, min(steps, CPU_MAX_DEPTH) + 1):
+            if -(-steps // (-(-steps // t))) != t:
+                continue  # an uneven depth
+            for budget in (CPU_L2_BYTES, CPU_CACHE_BYTES):
+                fit = _fit_tiles(e, nt, budget, t)
+                if fit is None:
+                    continue
+                cost = _tiling_cost(e, fit[0], fit[1], t, steps)
+                if best is None or cost[3] < best[1][3]:
+                    best = (t, cost)
+    if best is not None:
+        t, (taps, moved, fresh, _) = best
+        return {"path": "direct-temporal-blocked", "depth": t,
+                "passes": -(-steps // t), "taps": taps, "moved": moved,
+                "fresh": fresh, "threads": nt, "row_taps": e.taps}
+    in_cache = npts * 8 * 2 <= CPU_DIRECT_BYTES
+    return {"path": "direct", "depth": 1, "passes": steps,
+            "taps": steps * e.taps, "moved": 0.0 if in_cache
+            else 16.0 * steps, "fresh": 0.0, "threads": nt,
+            "row_taps": e.taps}
+
+
+def cpu_time(plan, shape, rates):
+    """(seconds, bound, compute seconds, memory seconds) of a CPU plan:
+    the C model's sum of work and traffic, in seconds."""
+    npts = float(np.prod(shape))
+    nt = plan["threads"]
+    tap_rate = rates["fp64_flops"] / 2.0 * CPU_TAP_FRACTION
+    tap_rate *= nt / float(max(rates["threads"], 1))
+    compute = npts * plan["taps"] / tap_rate
+    memory = npts * plan["moved"] / rates["bandwidth"]
+    memory += npts * plan["fresh"] * CPU_FRESH_SECONDS_PER_BYTE / nt
+    overhead = plan["passes"] * rates["step_seconds"]
+    bound = "FP64 units" if compute >= memory else "memory"
+    return compute + memory + overhead, bound, compute, memory
+
+
+def predict_gpu(shape, w, mode, steps, path, max_depth=0, rates=None,
+                cc_major=9):
+    """(device seconds, bound, passes, plan) of a GPU run."""
+    rates = rates or gpu_rates()
+    plan = gpu_plan(shape, w, mode, steps, path, cc_major, max_depth)
+    passes = gpu_passes(plan, shape, w, mode, rates)
+    if not passes:
+        return 0.0, "memory", passes, plan
+    total = sum(p.count * p.seconds for p in passes)
+    heaviest = max(passes, key=lambda p: p.count * p.seconds)
+    return total, heaviest.bound, passes, plan

@@ -1,0 +1,263 @@
+"""explain() and the performance model (convstencil/_model.py), on any
+machine: the GPU backends are explained for an assumed H100.
+
+Checks: fields present and consistent for every preset, backend and
+mode; bytes per point and step fall as the fused depth rises; a path
+that cannot run a kernel is never chosen; bad arguments; the model's
+predictions against the committed H100 figures (benchmarks/results/*.json,
+read here, so a model change that breaks the calibration fails); the
+prediction in last_run_info() after a CPU run.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import convstencil as cs
+from convstencil import _model
+from convstencil._presets import PRESETS, preset_weights
+
+BACKENDS = ("cpu", "cuda", "cuda-tc", "cuda-core")
+MODES = ("constant", "wrap", "nearest", "reflect", "mirror")
+RESULTS = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks",
+                       "results")
+TOLERANCE = 0.25  # issue 19: predictions within 25% of the measurements
+CPU_RATES = {"bandwidth": 20e9, "fp64_flops": 50e9}  # no timing in tests
+
+
+def shape_for(name):
+    ndim = preset_weights(name).ndim
+    return {1: (1 << 22,), 2: (2048, 2048), 3: (128, 128, 128)}[ndim]
+
+
+def explain(name, backend, **kw):
+    kw.setdefault("rates", CPU_RATES if backend == "cpu" else None)
+    return cs.explain(shape_for(name), name, backend=backend, **kw)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", PRESETS)
+def test_fields_present_and_consistent(name, backend, mode):
+    e = explain(name, backend, steps=30, mode=mode)
+    d = e.as_dict()
+    for key in ("path", "fused_depth", "bytes_per_point_per_step",
+                "flops_per_point_per_step", "predicted_seconds", "bound",
+                "passes", "device"):
+        assert key in d, key
+    assert e.predicted_seconds > 0
+    assert e.bound in _model.BOUNDS
+    assert e.fused_depth >= 1
+    assert 0 < e.bytes_per_point_per_step <= 16.0 + 1e-9 or backend == "cpu"
+    assert e.flops_per_point_per_step > 0
+    # executed work may be less than useful (separable kernels) or more
+    # (tensor cores' padded operands, redundant tile margins)
+    assert e.executed_flops_per_point_per_step > 0
+    counted = sum(p["count"] * p["depth"] for p in d["passes"])
+    assert counted == 30 or backend == "cpu"
+    assert sum(p["count"] * p["seconds"] for p in d["passes"]) == \
+        pytest.approx(e.predicted_seconds)
+    text = str(e)
+    for word in ("path", "fused depth", "bytes/point/step",
+                 "flops/point/step", "predicted time", "bound", e.path):
+        assert word in text, word
+    if backend != "cpu":
+        assert e.device_assumed or "H100" in e.device
+        assert e.transfer_seconds > 0
+
+
+@pytest.mark.parametrize("backend", ("cuda", "cuda-tc"))
+@pytest.mark.parametrize("name", ("heat1d", "1d5p", "heat2d", "box2d9p"))
+def test_bytes_fall_as_depth_rises(name, backend):
+    steps = 60
+    seen = []
+    for cap in range(1, 8):
+        e = explain(name, backend, steps=steps, mode="wrap", max_depth=cap)
+        seen.append((e.fused_depth, e.bytes_per_point_per_step,
+                     e.predicted_seconds))
+    for (d0, b0, _), (d1, b1, _) in zip(seen, seen[1:]):
+        assert d1 >= d0
+        if d1 > d0:
+            assert b1 < b0, seen
+    assert seen[-1][0] > seen[0][0]
+
+
+def test_max_depth_from_the_environment(monkeypatch):
+    monkeypatch.setenv("CONVSTENCIL_CUDA_MAX_DEPTH", "1")
+    assert explain("heat2d", "cuda", steps=30).fused_depth == 1
+    monkeypatch.delenv("CONVSTENCIL_CUDA_MAX_DEPTH")
+    assert explain("heat2d", "cuda", steps=30).fused_depth == 3
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_auto_shows_the_candidates(name):
+    e = explain(name, "cuda", steps=100)
+    alts = {a["path"]: a for a in e.alternatives}
+    assert set(alts) == {"tensor-core", "cuda-core"}
+    chosen = [a for a in e.alternatives if a["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["path"] == e.path
+    assert chosen[0]["runs"]
+    assert isinstance(e.model_agrees, bool)
+    assert "alternatives" in str(e)
+
+
+def test_a_path_that_cannot_run_is_never_chosen():
+    w = np.ones((9, 9)) / 81  # tensor cores take up to 7 x 7
+    e = cs.explain((512, 512), weights=w, steps=4, backend="cuda")
+    alts = {a["path"]: a for a in e.alternatives}
+    assert not alts["tensor-core"]["runs"]
+    assert not alts["tensor-core"]["chosen"]
+    assert alts["tensor-core"]["reason"]
+    assert e.path == "cuda-core" and alts["cuda-core"]["chosen"]
+    assert "cannot run" in str(e)
+    with pytest.raises(ValueError, match="7 per axis"):
+        cs.explain((512, 512), weights=w, backend="cuda-tc")
+
+
+def test_cpu_tc_is_not_modelled():
+    e = explain("heat2d", "cpu-tc", steps=10)
+    assert e.predicted_seconds is None
+    assert e.bound == "not modelled: verification backend"
+    assert "not modelled" in str(e)
+
+
+def test_cpu_model_mirrors_the_engine_choice():
+    """The model's path and T for grids the engine runs blocked and
+    direct (its choice is the C cost model's; last_run_info names it)."""
+    rates = {"bandwidth": 20e9, "fp64_flops": 50e9, "threads": 2}
+    big = cs.explain((4096, 4096), "heat2d", steps=10, backend="cpu",
+                     rates=rates)
+    assert big.path == "direct-temporal-blocked" and big.fused_depth == 10
+    assert big.bytes_per_point_per_step < 16.0 / 5
+    small = cs.explain((64, 64), "heat2d", steps=10, backend="cpu",
+                       rates=rates)
+    assert small.path == "direct"
+    u = np.random.default_rng(0).random((64, 64))
+    cs.apply(u, "heat2d", steps=10, backend="cpu")
+    assert cs.last_run_info()["path"] == small.path
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError):
+        cs.explain("heat2d", "heat2d")
+    with pytest.raises(TypeError):
+        cs.explain((64, 64.5), "heat2d")
+    with pytest.raises(TypeError):
+        cs.explain((64, 64))
+    with pytest.raises(ValueError):
+        cs.explain((64, 64), "heat3d")
+    with pytest.raises(ValueError):
+        cs.explain((64, 64), "heat2d", steps=-1)
+    with pytest.raises(ValueError):
+        cs.explain((64, 64), "heat2d", mode="sideways")
+    with pytest.raises(ValueError):
+        cs.explain((64, 64), "heat2d", backend="tpu")
+    with pytest.raises(TypeError):
+        cs.explain((64, 64), "heat2d", rates=3)
+    with pytest.raises(ValueError):
+        cs.explain((64, 64), "heat2d", max_depth=-1)
+    with pytest.raises(TypeError):
+        cs.explain((64, 64), "heat2d", max_depth=1.5)
+
+
+def test_grid_and_as_dict():
+    u = np.zeros((256, 256))
+    e = cs.explain(u, "box2d9p", steps=7, backend="cuda")
+    d = e.as_dict()
+    assert d["shape"] == (256, 256) and d["steps"] == 7
+    assert "note" not in str(e) or "with transfers" in str(e)
+    json.dumps(d)  # plain data
+    assert repr(e) == str(e)
+
+
+# ---------------------------------------------------------------------------
+# calibration against the committed H100 figures
+
+_SYSTEMS = {"convstencil-tc": "cuda-tc", "convstencil-cudacore": "cuda-core",
+            "convstencil-auto": "cuda", "convstencil-step-loop": "cuda",
+            "convstencil-tensor-core": "cuda-tc",
+            "convstencil-cuda-core": "cuda-core"}
+_FILES = ("h100_e2e_plan", "h100_1d", "h100_2d", "h100_3d", "h100_3d_paths")
+
+
+def _kernel(record):
+    if "preset" in record:
+        return preset_weights(record["preset"])
+    kind, side = record["kernel"].split()  # "box 5x5x5", "ball 7x7x7"
+    k = int(side.split("x")[0])
+    if kind == "box":
+        return np.ones((k,) * 3)
+    return (np.abs(np.indices((k,) * 3) - k // 2).sum(axis=0)
+            <= k // 2).astype(float)
+
+
+def _records():
+    for name in _FILES:
+        with open(os.path.join(RESULTS, name + ".json")) as f:
+            for r in json.load(f):
+                if r["system"] in _SYSTEMS and r.get("gstencils_per_s"):
+                    yield name, r
+
+
+def _measured(r):
+    if r.get("device_seconds"):
+        return r["device_seconds"]
+    return np.prod(r["shape"]) * r["steps"] / r["gstencils_per_s"] / 1e9
+
+
+@pytest.mark.parametrize(
+    "name,record", list(_records()),
+    ids=lambda x: x if isinstance(x, str) else "%s-%s-%s" % (
+        x.get("preset", x.get("kernel")), "x".join(map(str, x["shape"])),
+        x["system"]))
+def test_model_against_committed_h100_figures(name, record):
+    backend = _SYSTEMS[record["system"]]
+    # the depth that ran (3D paths: one step per pass on both paths)
+    depth = 1 if name == "h100_3d_paths" else record.get("fused_depth") or 0
+    e = cs.explain(tuple(record["shape"]), weights=_kernel(record),
+                   steps=record["steps"], mode=record.get("mode",
+                                                          "constant"),
+                   backend=backend, max_depth=depth)
+    if depth:
+        assert e.fused_depth == depth, "the plan changed since the run"
+    ratio = e.predicted_seconds / _measured(record)
+    assert 1 - TOLERANCE <= ratio <= 1 + TOLERANCE, (
+        "%s: predicted %.4g s, measured %.4g s (%.2f)"
+        % (name, e.predicted_seconds, _measured(record), ratio))
+
+
+def test_every_preset_is_calibrated():
+    """The step-loop figures of h100_e2e_plan cover every preset."""
+    seen = {r["preset"] for n, r in _records()
+            if n == "h100_e2e_plan" and r["system"] == "convstencil-step-loop"}
+    assert seen == set(PRESETS)
+
+
+# ---------------------------------------------------------------------------
+# last_run_info()
+
+def test_last_run_info_prediction_on_cpu():
+    u = np.random.default_rng(1).random((300, 301))
+    cs.apply(u, "box2d9p", steps=5, backend="cpu")
+    info = cs.last_run_info()
+    assert info["predicted_seconds"] > 0
+    assert info["wall_seconds"] > 0
+    assert info["fraction_of_prediction"] == pytest.approx(
+        info["wall_seconds"] / info["predicted_seconds"])
+    assert "_model" not in info
+    cs.apply(u, "box2d9p", steps=5, backend="cpu-tc")
+    info = cs.last_run_info()
+    assert info["predicted_seconds"] is None
+    assert info["fraction_of_prediction"] is None
+
+
+def test_last_run_info_prediction_is_cached():
+    u = np.random.default_rng(2).random((200, 200))
+    cs.apply(u, "heat2d", steps=3, backend="cpu")
+    cs.last_run_info()
+    import time
+    start = time.perf_counter()
+    for _ in range(100):
+        cs.last_run_info()
+    assert (time.perf_counter() - start) / 100 < 1e-3
