@@ -33,7 +33,7 @@ H100 = {
     # FP64 peaks of the H100 SXM datasheet: tensor cores, CUDA cores
     "tensor_flops": 67e12,
     "fp64_flops": 34e12,
-    # pinned host <-> device rates: h100_e2e_plan.json
+    # pinned host <-> device rates: h100_e2e.json
     # (pinned_h2d_bytes_per_s, pinned_d2h_bytes_per_s)
     "h2d": 54.7e9,
     "d2h": 55.0e9,
@@ -42,7 +42,7 @@ H100 = {
     "sms": 132,
     "band_sms": 4,
     # the gap one more dependent launch adds to a step loop: the
-    # host microseconds of a queued steps=1 call (h100_e2e_plan.md, 26 us
+    # host microseconds of a queued steps=1 call (h100_e2e.md, 26 us
     # with stream=) are the host's; the device's gap is a few us
     "launch_seconds": 4e-6,
 }

@@ -178,7 +178,7 @@ _SYSTEMS = {"convstencil-tc": "cuda-tc", "convstencil-cudacore": "cuda-core",
             "convstencil-auto": "cuda", "convstencil-step-loop": "cuda",
             "convstencil-tensor-core": "cuda-tc",
             "convstencil-cuda-core": "cuda-core"}
-_FILES = ("h100_e2e_plan", "h100_1d", "h100_2d", "h100_3d", "h100_3d_paths")
+_FILES = ("h100_e2e", "h100_1d", "h100_2d", "h100_3d", "h100_3d_paths")
 
 
 def _kernel(record):
@@ -228,9 +228,9 @@ def test_model_against_committed_h100_figures(name, record):
 
 
 def test_every_preset_is_calibrated():
-    """The step-loop figures of h100_e2e_plan cover every preset."""
+    """The step-loop figures of h100_e2e cover every preset."""
     seen = {r["preset"] for n, r in _records()
-            if n == "h100_e2e_plan" and r["system"] == "convstencil-step-loop"}
+            if n == "h100_e2e" and r["system"] == "convstencil-step-loop"}
     assert seen == set(PRESETS)
 
 
