@@ -57,6 +57,8 @@ MEM_FRACTION = {
     "cc2d": 0.91,      # h100_2d.md: cc2d 170.2 to 172.4 of 187.4
     "cc3d": 0.91,      # h100_3d_depth_cuda_core.md: depth 1, 170.7 of 186.6
     "cudacore": 0.60,  # h100_1d.md: heat1d on cudacore.cu, 112.7 of 187.9
+    "tb2d": 0.85,      # estimate: one read of the tile with its margins
+                       # and one write per pass, as the other kernels
 }
 
 # Attainable fraction of the FP64 tensor-core peak.  tc2d and tc3d never
@@ -79,6 +81,14 @@ FP64_FRACTION = {"box": 0.40, "plus": 0.40, "rank1": 0.40, "diamond": 0.24,
 # running 7 x 7 kernels at 144.8 and 143.6 G points/s (h100_2d.md,
 # star2d13p and box2d49p on tensor cores) x 125.7 B.
 SMEM_RATE = 18.2e12
+
+# tb2d's shared buffer (csrc/cuda/tb2d.cu: 128 columns x 64 rows, the
+# owned tile and `depth` cells of margin on each side), the shared-memory
+# accesses per cell and step (three loads of the next input row and one
+# store) and the attainable fraction of the FP64 peak (estimate).
+TB2D_W, TB2D_ROWS = 128, 64
+TB2D_SMEM_ACCESSES = 4
+TB2D_FP64_FRACTION = 0.5
 
 # tc2d's tile (csrc/cuda/tc2d.cu, also tc3d's: 32 rows x 128 columns).
 TC_TILE_ROWS = 32
@@ -216,10 +226,37 @@ def _pass_time(resources, launches, rates, extra=0.0):
     return t + t_launch + extra, bound
 
 
+def _tb2d_pass(w, shape, depth, rates):
+    """Cost of one tb2d pass of `depth` steps: the buffer with its margins
+    read once and the owned tile written once; every step computes the
+    cells still exact in the buffer, the margins redundantly."""
+    npts = float(np.prod(shape))
+    own = (TB2D_W - 2 * depth) * (TB2D_ROWS - 2 * depth)
+    cells = sum((TB2D_W - 2 * t) * (TB2D_ROWS - 2 * t)
+                for t in range(1, depth + 1))
+    redundancy = cells / float(depth * own)
+    macs = 5 if _is_plus(w.reshape(3, 3)) else 9
+    useful = 2.0 * np.count_nonzero(w) * depth
+    executed = 2.0 * macs * depth * redundancy
+    bytes_ = 8.0 * TB2D_W * TB2D_ROWS / own + 8.0
+    res = {
+        "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION["tb2d"]),
+        "FP64 units": npts * executed / (rates["fp64_flops"]
+                                         * TB2D_FP64_FRACTION),
+        "shared memory": npts * depth * redundancy * 8.0
+        * TB2D_SMEM_ACCESSES / rates["smem_rate"],
+    }
+    seconds, bound = _pass_time(res, 1, rates)
+    return Pass("fused pass", "tb2d", 0, depth, bytes_, useful, executed,
+                "FP64 units", seconds, bound)
+
+
 def _gpu_pass(plan, w, shape, mode, rates, fused):
     """Cost of one pass (fused: the plan's pass kind; else one step)."""
     npts = float(np.prod(shape))
     depth = plan["fused_depth"] if fused else 1
+    if fused and plan["pass"] == "tb2d":
+        return _tb2d_pass(w, shape, depth, rates)
     wk = compose(w, depth) if depth > 1 else w
     useful = 2.0 * np.count_nonzero(wk)
     bytes_ = 16.0
@@ -330,7 +367,10 @@ def gpu_passes(plan, shape, w, mode, rates):
     if plan["fused_passes"]:
         p = _gpu_pass(plan, w, shape, mode, rates, True)
         passes.append(p._replace(count=plan["fused_passes"]))
-    if plan["unfused_steps"]:
+    if plan["unfused_steps"] and plan.get("tail_pass"):
+        p = _tb2d_pass(w, shape, plan["unfused_steps"], rates)
+        passes.append(p._replace(label="tail pass", count=1))
+    elif plan["unfused_steps"]:
         p = _gpu_pass(plan, w, shape, mode, rates, False)
         passes.append(p._replace(count=plan["unfused_steps"]))
     return passes

@@ -248,13 +248,48 @@ plan_tensor_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
     return CS_OK;
 }
 
-/* CUDA cores: a 7-point star in 3D fuses two steps per cc3d pass (at most
-   two: fused_band.cu recomputes the band of two steps); every other
-   kernel runs step by step. */
+/* Whether tb2d runs k on this grid: a planar 3 x 3 kernel on planes of
+   at least CS_TB2D_MIN_EXTENT rows and columns. */
+static int
+tb2d_runs(const cs_kernel *k, const cs_plan *plan)
+{
+    return !plan->fold && k->size[0] == 1 && k->size[1] == 3
+           && k->size[2] == 3 && plan->run_shape[1] >= CS_TB2D_MIN_EXTENT
+           && plan->run_shape[2] >= CS_TB2D_MIN_EXTENT;
+}
+
+/* tb2d: passes of CS_TB2D_MAX_DEPTH steps (or the cap), the remainder as
+   one more pass of its own depth (each pass reads and writes the grid
+   once, whatever its depth); exact at every edge, no band. */
+static void
+plan_tb2d(long steps, const cs_caps *caps, cs_plan *plan)
+{
+    long top = caps->max_depth == 0 || caps->max_depth > CS_TB2D_MAX_DEPTH
+                   ? CS_TB2D_MAX_DEPTH
+                   : caps->max_depth;
+    const int best = (int)(top < steps ? top : steps);
+    plan->pass = CS_PASS_TB2D;
+    plan->tail_pass = 1;
+    plan->fusion.depth = best;
+    plan->fusion.passes = steps / best;
+    plan->fusion.remainder = steps % best;
+    for (int a = 0; a < 3; a++) {
+        plan->max_side[a] = a == 0 ? 1 : 2 * best + 1;
+    }
+}
+
+/* CUDA cores: a planar 3 x 3 kernel runs temporally blocked (tb2d); a
+   7-point star in 3D fuses two steps per cc3d pass (at most two:
+   fused_band.cu recomputes the band of two steps); every other kernel
+   runs step by step. */
 static cs_status
 plan_cuda_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
                long steps, const cs_caps *caps, cs_plan *plan)
 {
+    if (tb2d_runs(k, plan)) {
+        plan_tb2d(steps, caps, plan);
+        return CS_OK;
+    }
     const long depth = caps->max_depth == 0 || caps->max_depth > 2
                            ? 2
                            : caps->max_depth;
@@ -354,6 +389,7 @@ cs_pass_kind_name(cs_pass_kind pass)
     case CS_PASS_TC1D: return "tc1d";
     case CS_PASS_TC3D: return "tc3d";
     case CS_PASS_CC3D: return "cc3d";
+    case CS_PASS_TB2D: return "tb2d";
     }
     return "unknown";
 }

@@ -26,6 +26,10 @@ enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
 #define CS_TC_MAX_SIDE 7      /* tc2d/tc3d: one stencil2row tile per axis */
 #define CS_TC_MAX_SIDE_1D 31  /* tc1d: kernels of 9 to 31 points */
 #define CS_TC3D_MAX_KZ 7      /* tc3d: planes of the (composed) kernel */
+#define CS_TB2D_MAX_DEPTH 8   /* tb2d: steps per trip (its margins) */
+#define CS_TB2D_MIN_EXTENT 16 /* tb2d: rows and columns of a grid it runs
+                                 (a tile holds the cells the modes map
+                                 its margins to) */
 #define CS_FOLD_WIDTH 4096    /* points per row of a folded 1D grid: a
                                  multiple of tc2d's 128-column tile */
 
@@ -60,7 +64,9 @@ typedef enum cs_pass_kind {
     CS_PASS_TC2D = 1,   /* tensor cores, one z-plane of weights */
     CS_PASS_TC1D = 2,   /* tensor cores, a 1D kernel of 9..31 points */
     CS_PASS_TC3D = 3,   /* tensor cores, several z-planes */
-    CS_PASS_CC3D = 4    /* CUDA cores: a 7-point star's square, cc3d */
+    CS_PASS_CC3D = 4,   /* CUDA cores: a 7-point star's square, cc3d */
+    CS_PASS_TB2D = 5    /* CUDA cores: `depth` steps of a planar 3 x 3
+                           kernel per trip through memory (tb2d) */
 } cs_pass_kind;
 
 /* How the outputs near an edge that a fused pass gets wrong are fixed. */
@@ -77,6 +83,8 @@ typedef struct cs_plan {
     cs_band_kind band;
     cs_fusion_plan fusion;  /* depth, passes, remainder, band widths */
     ptrdiff_t max_side[3];  /* the fused kernel's largest extents */
+    int tail_pass;          /* the `remainder` steps run as one more pass
+                               of that depth (tb2d), not step by step */
     int fold;               /* a 1D grid folded into rows */
     ptrdiff_t fold_points;  /* its points (the user's grid) */
     ptrdiff_t fold_width;   /* points per row */

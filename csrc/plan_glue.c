@@ -20,7 +20,8 @@ const char cs_py_plan_doc[] =
     "of compute capability `cc_major` with the fused depth capped at\n"
     "`max_depth` (0: no cap; CONVSTENCIL_CUDA_MAX_DEPTH).  The dict names\n"
     "the path, the pass kind, the band fix-up, the fused depth, passes and\n"
-    "unfused steps, the band widths and the fused kernel's limits per axis\n"
+    "unfused steps (tail_pass: run as one pass of their own depth), the\n"
+    "band widths and the fused kernel's limits per axis\n"
     "(3D order: z, y, x), and a 1D grid's fold.  ValueError when the path\n"
     "cannot run the kernel.  The CPU emulation (\"cpu-tc\") runs the plan\n"
     "of path PATH_TENSOR_CORE on cc_major 9.";
@@ -107,7 +108,8 @@ plan_to_dict(const cs_plan *p)
     PyObject *d = NULL;
     if (band != NULL && strip != NULL && side != NULL && run != NULL) {
         d = Py_BuildValue(
-            "{s:s,s:s,s:s,s:i,s:l,s:l,s:O,s:O,s:O,s:O,s:O,s:n}", "path",
+            "{s:s,s:s,s:s,s:i,s:l,s:l,s:O,s:O,s:O,s:O,s:O,s:n,s:O}",
+            "path",
             p->path == CS_CUDA_PATH_TENSOR_CORE ? "tensor-core"
                                                 : "cuda-core",
             "pass", cs_pass_kind_name(p->pass), "band",
@@ -116,7 +118,8 @@ plan_to_dict(const cs_plan *p)
             p->fusion.remainder, "band_widths", band, "strip_widths", strip,
             "max_side", side, "run_shape", run, "fold",
             p->fold ? Py_True : Py_False, "fold_width",
-            (Py_ssize_t)p->fold_width);
+            (Py_ssize_t)p->fold_width, "tail_pass",
+            p->tail_pass ? Py_True : Py_False);
     }
     Py_XDECREF(band);
     Py_XDECREF(strip);

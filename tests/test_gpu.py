@@ -522,3 +522,35 @@ def test_out_of_device_memory_is_a_memory_error():
     out = cs.apply(small, "heat2d", backend="cuda", mode="wrap")
     np.testing.assert_allclose(out, small, rtol=1e-15)
     assert free - device_free_bytes() < (1 << 20)
+
+
+# ---------------------------------------------------------------------------
+# tb2d: planar 3 x 3 kernels temporally blocked on CUDA cores
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("shape", [(16, 16), (17, 300), (301, 129),
+                                   (3, 40, 50), (1000, 1100)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_tb2d_random_kernels(shape, mode, cval, rng):
+    """Random signed 3 x 3 kernels (a box, a plus, an asymmetric one) on
+    grids of one tile, many tiles with the far tiles moved back, and
+    several planes; steps in one pass, passes plus a tail pass."""
+    w2 = random_weights(rng, 2, 3, shape=(3, 3))
+    plus = w2.copy()
+    plus[0, 0] = plus[0, 2] = plus[2, 0] = plus[2, 2] = 0.0
+    for w in (w2, plus, preset_weights_3x3(rng)):
+        if len(shape) == 3:
+            w = w[None]
+        for steps in (1, 8, 13):
+            infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps,
+                                    mode, cval,
+                                    dict(shape=shape, steps=steps,
+                                         seed=rng.seed),
+                                    backends=("cuda-core",))
+            cc = infos["cuda-core"]
+            assert cc["fused_depth"] == min(8, steps), cc
+
+
+def preset_weights_3x3(rng):
+    """An asymmetric kernel: every weight different, a few negative."""
+    return rng.uniform(-0.3, 1.0, (3, 3)) / 4.0

@@ -50,6 +50,13 @@ def check_plan_rules(p, w, shape, mode, steps, max_depth=0):
         assert depth * (k - 1) + 1 <= side, p
     if max_depth:
         assert depth <= max(1, max_depth), p
+    if p["pass"] == "tb2d":
+        # exact at every edge: no band; the remainder is one tail pass
+        assert p["band"] == "none" and p["tail_pass"], p
+        assert set(p["band_widths"]) == {0}, p
+        assert depth == min(8, max_depth or 8, steps), p
+        return
+    assert not p["tail_pass"], p
     # band geometry: (depth-1)*r, read from strips of (2*depth-1)*r
     needs_band = depth > 1 and mode != "wrap"
     for k, n, b, s in zip(sides3(w), (1,) * (3 - len(shape)) + shape,
@@ -165,7 +172,9 @@ def test_random_kernels_every_path(seed):
             assert p["pass"] in ("tc1d", "tc2d", "tc3d")
         if path == CC:
             assert p["path"] == "cuda-core"
-            assert p["pass"] in ("none", "cc3d")
+            assert p["pass"] in ("none", "cc3d", "tb2d")
+            planar3 = sides3(w) == (1, 3, 3) and min(shape) >= 16
+            assert (p["pass"] == "tb2d") == (planar3 and steps > 0), p
 
 
 def test_cuda_core_fuses_only_the_7_point_star():
@@ -194,7 +203,7 @@ def test_too_small_for_the_band_is_not_fused():
 def test_device_without_fp64_tensor_cores():
     w = preset_weights("heat2d")
     p = _core.plan((100, 100), w, MODE["wrap"], 10, AUTO, cc_major=8)
-    assert p["path"] == "cuda-core" and p["pass"] == "none"
+    assert p["path"] == "cuda-core" and p["pass"] == "tb2d"
     with pytest.raises(ValueError, match=r"sm_90"):
         _core.plan((100, 100), w, MODE["wrap"], 10, TC, cc_major=8)
 
@@ -250,3 +259,24 @@ def test_cpu_tc_runs_the_tensor_core_plan(name, steps, mode, rng):
     want = convstencil.apply(grid, name, steps=steps, mode=mode,
                              backend="cpu")
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("steps", [1, 5, 8, 9, 100])
+@pytest.mark.parametrize("name", ["heat2d", "box2d9p"])
+def test_tb2d_on_cuda_cores(name, steps):
+    """Planar 3 x 3 kernels on CUDA cores run temporally blocked: passes
+    of 8 steps, the remainder as one more pass, no band (the modes are
+    applied inside the block); grids under 16 rows or columns step one
+    by one."""
+    w = preset_weights(name)
+    for mode in MODES:
+        p = _core.plan((10240, 10240), w, MODE[mode], steps, CC)
+        assert (p["pass"], p["band"], p["tail_pass"]) \
+            == ("tb2d", "none", True), p
+        assert (p["fused_depth"], p["fused_passes"], p["unfused_steps"]) \
+            == (min(8, steps), steps // min(8, steps), steps % min(8, steps))
+    p = _core.plan((10240, 10240), w, MODE["wrap"], steps, CC, max_depth=3)
+    assert p["fused_depth"] == min(3, steps)
+    for small in [(15, 100), (100, 15)]:
+        p = _core.plan(small, w, MODE["wrap"], steps, CC)
+        assert p["pass"] == "none" and p["unfused_steps"] == steps

@@ -141,8 +141,8 @@ static cs_status
 prepare_passes(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_kernel *kernel,
                const cs_plan *plan)
 {
-    if (plan->fusion.passes == 0) {
-        return CS_OK;
+    if (plan->fusion.passes == 0 || plan->pass == CS_PASS_TB2D) {
+        return CS_OK; /* tb2d steps the kernel itself */
     }
     const cs_status st =
         cs_kernel_compose(kernel, plan->fusion.depth, &s->composed);
@@ -292,7 +292,8 @@ typedef struct loop_args {
 /* The main kernel of one fused pass src -> dst. */
 static cs_status
 run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const loop_args *L,
-         const cs_dgrid *src, const cs_dgrid *dst)
+         const cs_dgrid *src, const cs_dgrid *dst, cs_mode mode,
+         double cval)
 {
     switch (plan->pass) {
     case CS_PASS_TC2D:
@@ -303,6 +304,9 @@ run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const loop_args *L,
         return cs_cuda_tc3d_pass(ctx, src, dst, &L->tc3);
     case CS_PASS_CC3D:
         return cs_cuda_core_step(ctx, src, dst, &L->dkc);
+    case CS_PASS_TB2D:
+        return cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, plan->fusion.depth,
+                                 mode, cval);
     case CS_PASS_NONE:
         break;
     }
@@ -346,14 +350,25 @@ step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, loop_args *L,
     for (long pass = 0; pass < f->passes; pass++) {
         CS_TRY(cs_cuda_check_interrupt(ctx, pass * f->depth));
         const cs_dgrid *src = &L->g[cur], *dst = &L->g[1 - cur];
-        CS_TRY(cs_refresh_halo(ctx, src, fold, mode, cval, &filled[cur]));
+        if (plan->pass != CS_PASS_TB2D) { /* tb2d reads no halo */
+            CS_TRY(cs_refresh_halo(ctx, src, fold, mode, cval,
+                                   &filled[cur]));
+        }
         if (plan->band == CS_BAND_STRIPS) {
             CS_TRY(cs_bands_start(ctx, s->lane, L->jobs, src, f, &L->dk,
                                   mode, cval));
         }
-        CS_TRY(run_pass(ctx, plan, L, src, dst));
+        CS_TRY(run_pass(ctx, plan, L, src, dst, mode, cval));
         CS_TRY(fix_band(ctx, s, plan, L, src, dst, mode, cval));
         cur = 1 - cur;
+    }
+    if (plan->tail_pass && f->remainder > 0) {
+        /* the remainder as one pass of its own depth (tb2d) */
+        CS_TRY(cs_cuda_check_interrupt(ctx, f->passes * f->depth));
+        CS_TRY(cs_cuda_tb2d_pass(ctx, &L->g[cur], &L->g[1 - cur], &L->dk,
+                                 (int)f->remainder, mode, cval));
+        *cur_out = 1 - cur;
+        return CS_OK;
     }
     for (long t = 0; t < f->remainder; t++) {
         CS_TRY(cs_cuda_check_interrupt(ctx, f->passes * f->depth + t));

@@ -195,6 +195,23 @@ cs_status
 cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int shape);
 
+/* ---- tb2d.cu ---------------------------------------------------------- */
+
+/*
+ * `depth` (1..CS_TB2D_MAX_DEPTH) steps of a planar 3 x 3 kernel on every
+ * plane of `in` into `out`, temporally blocked, exact at every boundary
+ * mode (the modes applied at each step inside the block).  Reads and
+ * writes interiors only (no halo needed); planes of at least
+ * CS_TB2D_MIN_EXTENT rows and columns; k's host weights known.
+ */
+cs_status
+cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_dkernel *k, int depth, cs_mode mode, double cval);
+
+/* Shared memory (bytes) a tb2d block opts into. */
+size_t
+cs_cuda_tb2d_smem_bytes(void);
+
 /* ---- fused_band.cu ---------------------------------------------------- */
 
 #define CS_FUSED_BAND_MAX_TAPS 27 /* nonzero taps of k: a 3 x 3 x 3 box */
