@@ -16,8 +16,8 @@
  * Boundary modes, exactly as repeated steps apply them:
  *  - wrap: the margins are read periodically, and every cell of the
  *    buffer is a real cell of the periodic grid: each is stepped.
- *  - constant: cells outside the grid hold cval at every level in both
- *    buffers; only cells inside are stepped.
+ *  - constant: cells outside the grid are set to cval at every level
+ *    instead of stepped.
  *  - nearest, reflect, mirror: cells outside the grid are not stepped;
  *    after each step they are refilled from the cells of the same level
  *    that the mode maps them to (cs_extend_index), which lie within T of
@@ -31,9 +31,13 @@
  * column down its segment with the three input rows it needs in
  * registers (three shared loads per output instead of nine); a plus (the
  * 5-point star, heat2d) takes 5 multiply-adds per output, a box 9.
- * Blocks are persistent, one per SM (the two buffers take 128 KB).
+ * Blocks are persistent, one per SM, with three buffers (192 KB): while
+ * the block steps one tile between two of them, the next tile's input
+ * arrives in the third by asynchronous copies (cp.async), so the trip
+ * through memory overlaps the steps.
  */
 #include "kernels.cuh"
+#include "async_copy.cuh"
 
 #include <string.h>
 
@@ -42,7 +46,8 @@
 #define TB_SEGS 4                  /* row segments */
 #define TB_SEG_ROWS (TB_ROWS / TB_SEGS)
 #define TB_THREADS (TB_W * TB_SEGS) /* 512 */
-#define TB_SMEM (2 * TB_W * TB_ROWS * sizeof(double))
+#define TB_BUF (TB_W * TB_ROWS)   /* doubles per buffer */
+#define TB_SMEM (3 * TB_BUF * sizeof(double))
 
 typedef struct tb2d_params {
     const double *in; /* origins (interior element (0, 0, 0)) */
@@ -66,27 +71,27 @@ tile_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
     return start < last ? start : (last > 0 ? last : 0);
 }
 
-/* Level 0: the tile and its margins from the grid, the mode applied
-   outside it; constant mode also puts cval outside the grid in the
-   second buffer, which no step writes there. */
+/* Start level 0 of a tile: the tile and its margins from the grid by
+   asynchronous copies, the mode applied outside it (constant: cval,
+   stored at once). */
 static __device__ void
-tb2d_load(const tb2d_params &p, const double *src, double *b0, double *b1,
-          ptrdiff_t ox, ptrdiff_t oy)
+tb2d_load(const tb2d_params &p, const double *src, double *b, ptrdiff_t ox,
+          ptrdiff_t oy)
 {
-    for (int i = threadIdx.x; i < TB_W * TB_ROWS; i += TB_THREADS) {
+    for (int i = threadIdx.x; i < TB_BUF; i += TB_THREADS) {
         const ptrdiff_t gx = ox + i % TB_W, gy = oy + i / TB_W;
         const bool inside = gx >= 0 && gx < p.nx && gy >= 0 && gy < p.ny;
-        double v;
         if (inside) {
-            v = src[gy * p.in_pitch + gx];
+            cs_copy_async8(b + i, src + gy * p.in_pitch + gx, true);
         } else if (p.mode == CS_MODE_CONSTANT) {
-            v = p.cval;
-            b1[i] = v;
+            b[i] = p.cval;
         } else {
-            v = src[cs_extend_index(gy, p.ny, p.mode) * p.in_pitch
-                    + cs_extend_index(gx, p.nx, p.mode)];
+            cs_copy_async8(b + i,
+                           src + cs_extend_index(gy, p.ny, p.mode)
+                                     * p.in_pitch
+                               + cs_extend_index(gx, p.nx, p.mode),
+                           true);
         }
-        b0[i] = v;
     }
 }
 
@@ -129,6 +134,8 @@ tb2d_step(const tb2d_params &p, const double *a, double *b, int t,
         const ptrdiff_t gy = oy + y;
         if (!edge || !(col_out || gy < 0 || gy >= p.ny)) {
             b[y * TB_W + c] = s;
+        } else if (p.mode == CS_MODE_CONSTANT) {
+            b[y * TB_W + c] = p.cval; /* outside: cval at every level */
         }
         u0 = m0, u1 = m1, u2 = m2;
         m0 = d0, m1 = d1, m2 = d2;
@@ -160,14 +167,27 @@ static __device__ void
 tb2d_store(const tb2d_params &p, const double *b, double *dst, ptrdiff_t ox,
            ptrdiff_t oy)
 {
-    for (int i = threadIdx.x; i < TB_W * TB_ROWS; i += TB_THREADS) {
-        const int x = i % TB_W, y = i / TB_W;
+    constexpr int OWN_X = TB_W - 2 * T, OWN_Y = TB_ROWS - 2 * T;
+    for (int i = threadIdx.x; i < OWN_X * OWN_Y; i += TB_THREADS) {
+        const int x = T + i % OWN_X, y = T + i / OWN_X;
         const ptrdiff_t gx = ox + x, gy = oy + y;
-        if (x >= T && x < TB_W - T && y >= T && y < TB_ROWS - T && gx >= 0
-            && gx < p.nx && gy >= 0 && gy < p.ny) {
-            dst[gy * p.out_pitch + gx] = b[i];
+        if (gx >= 0 && gx < p.nx && gy >= 0 && gy < p.ny) {
+            dst[gy * p.out_pitch + gx] = b[y * TB_W + x];
         }
     }
+}
+
+/* The tile's origin (its first buffer cell: owned origin minus T). */
+template <int T>
+static __device__ __forceinline__ void
+tb2d_origin(const tb2d_params &p, ptrdiff_t tile, ptrdiff_t *z,
+            ptrdiff_t *ox, ptrdiff_t *oy)
+{
+    const ptrdiff_t per_plane = p.tiles_x * p.tiles_y;
+    const ptrdiff_t rest = tile % per_plane;
+    *z = tile / per_plane;
+    *ox = tile_origin(rest % p.tiles_x, TB_W - 2 * T, p.nx) - T;
+    *oy = tile_origin(rest / p.tiles_x, TB_ROWS - 2 * T, p.ny) - T;
 }
 
 template <int T, bool PLUS>
@@ -175,33 +195,49 @@ __global__ void __launch_bounds__(TB_THREADS, 1)
 tb2d_kernel(tb2d_params p)
 {
     extern __shared__ double smem[];
-    double *buf[2] = {smem, smem + TB_W * TB_ROWS};
-    const ptrdiff_t own_x = TB_W - 2 * T, own_y = TB_ROWS - 2 * T;
-    const ptrdiff_t per_plane = p.tiles_x * p.tiles_y;
+    /* level 0 of this tile, its partner, the next tile's level 0 */
+    double *cur = smem, *alt = smem + TB_BUF, *nxt = smem + 2 * TB_BUF;
+    ptrdiff_t z, ox, oy;
+    if (blockIdx.x < p.tiles) {
+        tb2d_origin<T>(p, blockIdx.x, &z, &ox, &oy);
+        tb2d_load(p, p.in + z * p.in_plane, cur, ox, oy);
+    }
+    cs_copy_commit();
     for (ptrdiff_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-        const ptrdiff_t z = tile / per_plane, rest = tile % per_plane;
-        const ptrdiff_t ox =
-            tile_origin(rest % p.tiles_x, own_x, p.nx) - T;
-        const ptrdiff_t oy =
-            tile_origin(rest / p.tiles_x, own_y, p.ny) - T;
+        tb2d_origin<T>(p, tile, &z, &ox, &oy);
+        const ptrdiff_t next = tile + gridDim.x;
+        if (next < p.tiles) {
+            ptrdiff_t nz, nox, noy;
+            tb2d_origin<T>(p, next, &nz, &nox, &noy);
+            tb2d_load(p, p.in + nz * p.in_plane, nxt, nox, noy);
+        }
+        cs_copy_commit();
+        cs_copy_wait<1>(); /* this tile's copies are done */
+        __syncthreads();
         const bool edge = p.mode != CS_MODE_WRAP
                           && (ox < 0 || oy < 0 || ox + TB_W > p.nx
                               || oy + TB_ROWS > p.ny);
         const bool refill = edge && p.mode != CS_MODE_CONSTANT;
-        tb2d_load(p, p.in + z * p.in_plane, buf[0], buf[1], ox, oy);
-        __syncthreads();
         for (int t = 1; t <= T; t++) {
-            tb2d_step<PLUS>(p, buf[(t - 1) & 1], buf[t & 1], t, edge, ox,
-                            oy);
+            /* level t - 1 in cur (t odd) or alt; level t in the other */
+            const double *from = (t & 1) ? cur : alt;
+            double *to = (t & 1) ? alt : cur;
+            tb2d_step<PLUS>(p, from, to, t, edge, ox, oy);
             __syncthreads();
             if (refill) {
-                tb2d_refill(p, buf[t & 1], t, ox, oy);
+                tb2d_refill(p, to, t, ox, oy);
                 __syncthreads();
             }
         }
-        tb2d_store<T>(p, buf[T & 1], p.out + z * p.out_plane, ox, oy);
-        __syncthreads(); /* the buffers are the next tile's */
+        tb2d_store<T>(p, (T & 1) ? alt : cur, p.out + z * p.out_plane, ox,
+                      oy);
+        __syncthreads(); /* cur and alt are free: rotate */
+        double *done = cur;
+        cur = nxt;
+        nxt = alt;
+        alt = done;
     }
+    cs_copy_wait<0>();
 }
 
 /* ------------------------------------------------------------------------
