@@ -329,11 +329,13 @@ def markdown(table, args, prov, bandwidth, floor):
                  "%.0f%%" % (100 * o[0] / auto[0]) if o and auto else "-"]
         lines.append("| %s |" % " | ".join(cells))
     if any(len(shape) == 2 for _, shape, _, _ in table):
-        lines += ["", "CUDA cores: planar squares of side 3 to 7 run on "
-                  "cc2d, with only the centre row and column of a plus "
-                  "(heat2d, star2d13p) and as a sum along x then along y "
-                  "for an outer product (box2d9p, box2d49p); other kernels "
-                  "take every tap (docs/ARCHITECTURE.md)."]
+        lines += ["", "CUDA cores: planar 3 x 3 kernels (heat2d, box2d9p) "
+                  "run temporally blocked on tb2d, up to 8 steps per pass; "
+                  "planar squares of side 5 and 7 on cc2d, with only the "
+                  "centre row and column of a plus (star2d13p) and as a "
+                  "sum along x then along y for an outer product "
+                  "(box2d49p); other kernels take every tap "
+                  "(docs/ARCHITECTURE.md)."]
     return "\n".join(lines) + "\n"
 
 

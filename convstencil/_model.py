@@ -57,8 +57,9 @@ MEM_FRACTION = {
     "cc2d": 0.91,      # h100_2d.md: cc2d 170.2 to 172.4 of 187.4
     "cc3d": 0.91,      # h100_3d_depth_cuda_core.md: depth 1, 170.7 of 186.6
     "cudacore": 0.60,  # h100_1d.md: heat1d on cudacore.cu, 112.7 of 187.9
-    "tb2d": 0.85,      # estimate: one read of the tile with its margins
-                       # and one write per pass, as the other kernels
+    "tb2d": 0.85,      # assumed as the other kernels: one read of the
+                       # tile with its margins and one write per pass (never
+                       # the bound at the depths measured)
 }
 
 # Attainable fraction of the FP64 tensor-core peak.  tc2d and tc3d never
@@ -85,10 +86,15 @@ SMEM_RATE = 18.2e12
 # tb2d's shared buffer (csrc/cuda/tb2d.cu: 128 columns x 64 rows, the
 # owned tile and `depth` cells of margin on each side), the shared-memory
 # accesses per cell and step (three loads of the next input row and one
-# store) and the attainable fraction of the FP64 peak (estimate).
+# store), the shared-memory rate and the fraction of the FP64 peak it
+# reaches: fitted to h100_2d_tb2d.md (depth 8 on 10240^2: heat2d, 5
+# multiply-adds, 406.6 G stencils/s, bound by shared memory at 15.9 TB/s;
+# box2d9p, 9, 336.6, bound by the FP64 units at 0.22 of their peak, with
+# 1.22 cells computed per owned one).
 TB2D_W, TB2D_ROWS = 128, 64
 TB2D_SMEM_ACCESSES = 4
-TB2D_FP64_FRACTION = 0.5
+TB2D_SMEM_RATE = 15.9e12
+TB2D_FP64_FRACTION = 0.22
 
 # tc2d's tile (csrc/cuda/tc2d.cu, also tc3d's: 32 rows x 128 columns).
 TC_TILE_ROWS = 32
@@ -244,7 +250,7 @@ def _tb2d_pass(w, shape, depth, rates):
         "FP64 units": npts * executed / (rates["fp64_flops"]
                                          * TB2D_FP64_FRACTION),
         "shared memory": npts * depth * redundancy * 8.0
-        * TB2D_SMEM_ACCESSES / rates["smem_rate"],
+        * TB2D_SMEM_ACCESSES / TB2D_SMEM_RATE,
     }
     seconds, bound = _pass_time(res, 1, rates)
     return Pass("fused pass", "tb2d", 0, depth, bytes_, useful, executed,

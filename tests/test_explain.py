@@ -178,7 +178,8 @@ _SYSTEMS = {"convstencil-tc": "cuda-tc", "convstencil-cudacore": "cuda-core",
             "convstencil-auto": "cuda", "convstencil-step-loop": "cuda",
             "convstencil-tensor-core": "cuda-tc",
             "convstencil-cuda-core": "cuda-core"}
-_FILES = ("h100_e2e", "h100_1d", "h100_2d", "h100_3d", "h100_3d_paths")
+_FILES = ("h100_e2e", "h100_1d", "h100_2d", "h100_3d", "h100_3d_paths",
+          "h100_2d_tb2d")
 
 
 def _kernel(record):
