@@ -27,11 +27,10 @@
  *    of the grid past each edge it touches).
  * Tiles that touch no edge (nearly all) skip those tests.
  *
- * Threads: TB_W / 2 column pairs x TB_SEGS row segments.  A thread steps
- * its two columns down its segment with the three input rows it needs
- * in registers (four shared loads per row for two outputs, instead of
- * nine per output); a plus (the 5-point star, heat2d) takes 5
- * multiply-adds per output, a box 9.
+ * Threads: TB_W columns x TB_SEGS row segments.  A thread steps its
+ * column down its segment with the three input rows it needs in
+ * registers (three shared loads per output instead of nine); a plus (the
+ * 5-point star, heat2d) takes 5 multiply-adds per output, a box 9.
  * Blocks are persistent, one per SM, with three buffers (192 KB): while
  * the block steps one tile between two of them, the next tile's input
  * arrives in the third by asynchronous copies (cp.async), so the trip
@@ -44,10 +43,9 @@
 
 #define TB_W 128                   /* buffer columns: the block's threads */
 #define TB_ROWS 64                 /* buffer rows */
-#define TB_PAIRS (TB_W / 2)        /* column pairs */
-#define TB_SEGS 8                  /* row segments */
+#define TB_SEGS 4                  /* row segments */
 #define TB_SEG_ROWS (TB_ROWS / TB_SEGS)
-#define TB_THREADS (TB_PAIRS * TB_SEGS) /* 512 */
+#define TB_THREADS (TB_W * TB_SEGS) /* 512 */
 #define TB_BUF (TB_W * TB_ROWS)   /* doubles per buffer */
 #define TB_SMEM (3 * TB_BUF * sizeof(double))
 
@@ -97,50 +95,16 @@ tb2d_load(const tb2d_params &p, const double *src, double *b, ptrdiff_t ox,
     }
 }
 
-/* The 3 x 3 sum at one output from the rows above (u), at (m) and below
-   (d) of it, each as its left, centre and right inputs. */
-template <bool PLUS>
-static __device__ __forceinline__ double
-tb2d_sum(const double *w, double u0, double u1, double u2, double m0,
-         double m1, double m2, double d0, double d1, double d2)
-{
-    if (PLUS) {
-        return w[1] * u1 + w[3] * m0 + w[4] * m1 + w[5] * m2 + w[7] * d1;
-    }
-    return w[0] * u0 + w[1] * u1 + w[2] * u2 + w[3] * m0 + w[4] * m1
-           + w[5] * m2 + w[6] * d0 + w[7] * d1 + w[8] * d2;
-}
-
-/* Store s at column x of row y of level t, or cval (constant mode) where
-   the cell lies outside the grid; cells the level does not reach, or
-   that a refill sets, are left alone. */
-static __device__ __forceinline__ void
-tb2d_put(const tb2d_params &p, double *b, int x, int y, int t, bool edge,
-         bool row_out, ptrdiff_t ox, double s)
-{
-    if (x < t || x >= TB_W - t) {
-        return;
-    }
-    const ptrdiff_t gx = ox + x;
-    if (!edge || !(row_out || gx < 0 || gx >= p.nx)) {
-        b[y * TB_W + x] = s;
-    } else if (p.mode == CS_MODE_CONSTANT) {
-        b[y * TB_W + x] = p.cval; /* outside: cval at every level */
-    }
-}
-
-/* One step from `a` to `b` on this thread's two columns and segment,
-   within the cells exact at level t; `edge`: cells outside the grid are
-   not stepped.  Columns past the buffer are read as the nearest one
-   inside: they feed only outputs the level does not reach. */
+/* One step from `a` to `b` on this thread's column and segment, within
+   the cells exact at level t; `edge`: skip cells outside the grid. */
 template <bool PLUS>
 static __device__ __forceinline__ void
 tb2d_step(const tb2d_params &p, const double *a, double *b, int t,
           bool edge, ptrdiff_t ox, ptrdiff_t oy)
 {
-    const int c = 2 * (threadIdx.x % TB_PAIRS);
-    const int seg = threadIdx.x / TB_PAIRS;
-    if (c + 1 < t || c >= TB_W - t) {
+    const int c = threadIdx.x % TB_W;
+    const int seg = threadIdx.x / TB_W;
+    if (c < t || c >= TB_W - t) {
         return;
     }
     int y0 = seg * TB_SEG_ROWS, y1 = y0 + TB_SEG_ROWS;
@@ -149,28 +113,32 @@ tb2d_step(const tb2d_params &p, const double *a, double *b, int t,
     if (y0 >= y1) {
         return;
     }
-    const int cl = c > 0 ? c - 1 : c, cr = c + 2 < TB_W ? c + 2 : c + 1;
-    /* the pair as one 16-byte load: c is even, rows are 1 KB apart */
-    const double *r = a + (y0 - 1) * TB_W;
-    double2 v = *(const double2 *)(r + c);
-    double u0 = r[cl], u1 = v.x, u2 = v.y, u3 = r[cr];
+    const ptrdiff_t gx = ox + c;
+    const bool col_out = edge && (gx < 0 || gx >= p.nx);
+    const double *r = a + (y0 - 1) * TB_W + c;
+    double u0 = r[-1], u1 = r[0], u2 = r[1];
     r += TB_W;
-    v = *(const double2 *)(r + c);
-    double m0 = r[cl], m1 = v.x, m2 = v.y, m3 = r[cr];
+    double m0 = r[-1], m1 = r[0], m2 = r[1];
     for (int y = y0; y < y1; y++) {
         r += TB_W;
-        v = *(const double2 *)(r + c);
-        const double d0 = r[cl], d1 = v.x, d2 = v.y, d3 = r[cr];
-        const double s0 =
-            tb2d_sum<PLUS>(p.w, u0, u1, u2, m0, m1, m2, d0, d1, d2);
-        const double s1 =
-            tb2d_sum<PLUS>(p.w, u1, u2, u3, m1, m2, m3, d1, d2, d3);
+        const double d0 = r[-1], d1 = r[0], d2 = r[1];
+        double s;
+        if (PLUS) {
+            s = p.w[1] * u1 + p.w[3] * m0 + p.w[4] * m1 + p.w[5] * m2
+                + p.w[7] * d1;
+        } else {
+            s = p.w[0] * u0 + p.w[1] * u1 + p.w[2] * u2 + p.w[3] * m0
+                + p.w[4] * m1 + p.w[5] * m2 + p.w[6] * d0 + p.w[7] * d1
+                + p.w[8] * d2;
+        }
         const ptrdiff_t gy = oy + y;
-        const bool row_out = gy < 0 || gy >= p.ny;
-        tb2d_put(p, b, c, y, t, edge, row_out, ox, s0);
-        tb2d_put(p, b, c + 1, y, t, edge, row_out, ox, s1);
-        u0 = m0, u1 = m1, u2 = m2, u3 = m3;
-        m0 = d0, m1 = d1, m2 = d2, m3 = d3;
+        if (!edge || !(col_out || gy < 0 || gy >= p.ny)) {
+            b[y * TB_W + c] = s;
+        } else if (p.mode == CS_MODE_CONSTANT) {
+            b[y * TB_W + c] = p.cval; /* outside: cval at every level */
+        }
+        u0 = m0, u1 = m1, u2 = m2;
+        m0 = d0, m1 = d1, m2 = d2;
     }
 }
 
