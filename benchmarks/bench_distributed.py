@@ -5,7 +5,10 @@ the same size (heat2d 2048^2 and heat3d 160^3 per rank, wrap); the run
 with N ranks is compared with one rank on one block:
   efficiency = time(1 rank) / time(N ranks)
 and the exchange share is the time in halo exchanges over the run's
-time (the slowest rank's).  Every figure is the median of --repeat runs
+time (the slowest rank's).  With more than one rank each case runs with
+the interior's compute overlapping the exchange forced off and forced on
+(k chosen by the cost model for each), and the table says which of the
+two the model picks when left to decide (overlap=None).  Every figure is the median of --repeat runs
 after a warm-up.  The driver starts `mpiexec -n N` for each N:
 
     python benchmarks/bench_distributed.py --ranks 1 2 --save cpu_distributed
@@ -67,31 +70,52 @@ def worker(args):
                            comm=comm, dims=(size,) + (1,) * (len(shape) - 1),
                            backend=backend)
 
-        def distributed():
-            comm.Barrier()
-            out = csd.apply(d, preset, steps=steps, mode="wrap")
-            comm.Barrier()
-            return out
+        # what the model picks left alone (one rank: nothing to hide)
+        picked = csd.info(csd.apply(d, preset, steps=1, mode="wrap"))
+        flags = [None] if size == 1 or args.gpu else [False, True]
+        for overlap in flags:
+            record = _measure(comm, d, preset, steps, overlap, args.repeat)
+            record.update(preset=preset, block=list(block), steps=steps,
+                          gstencils=np.prod(shape) * steps
+                          / record["seconds"] / 1e9,
+                          model_overlap=picked["overlap"])
+            if size == 1:
+                grid = d.local
+                plain, _ = _median_time(
+                    lambda: cs.apply(grid, preset, steps=steps, mode="wrap"),
+                    args.repeat)
+                record["plain_seconds"] = plain
+                record["overhead"] = record["seconds"] / plain - 1.0
+            if rank == 0:
+                print("RESULT " + json.dumps(record), flush=True)
 
-        seconds, out = _median_time(distributed, args.repeat)
-        info = csd.info(out)
-        shares = comm.gather(info["exchange_seconds"] / info["seconds"],
-                             root=0)
-        record = {"preset": preset, "block": list(block), "steps": steps,
-                  "ranks": size, "seconds": seconds,
-                  "exchange_share": max(shares) if rank == 0 else None,
-                  "halo_steps": info["halo_steps"],
-                  "transport": info["transport"], "path": info["path"],
-                  "gstencils": np.prod(shape) * steps / seconds / 1e9}
-        if size == 1:
-            grid = d.local
-            plain, _ = _median_time(
-                lambda: cs.apply(grid, preset, steps=steps, mode="wrap"),
-                args.repeat)
-            record["plain_seconds"] = plain
-            record["overhead"] = seconds / plain - 1.0
-        if rank == 0:
-            print("RESULT " + json.dumps(record), flush=True)
+
+def _measure(comm, d, preset, steps, overlap, repeat):
+    """The median run of apply(..., overlap=overlap) and its info (the
+    slowest rank's exchange share and hidden time)."""
+    import convstencil.distributed as csd
+
+    def distributed():
+        comm.Barrier()
+        out = csd.apply(d, preset, steps=steps, mode="wrap",
+                        overlap=overlap)
+        comm.Barrier()
+        return out
+
+    seconds, out = _median_time(distributed, repeat)
+    info = csd.info(out)
+    shares = comm.gather(info["exchange_seconds"] / info["seconds"], root=0)
+    hidden = comm.gather(info["overlap_seconds"], root=0)
+    waits = comm.gather(info["wait_after_interior_seconds"], root=0)
+    first = comm.Get_rank() == 0
+    return {"ranks": comm.Get_size(), "seconds": seconds,
+            "overlap": info["overlap"],
+            "exchange_share": max(shares) if first else None,
+            "overlap_seconds": max(hidden) if first else None,
+            "wait_after_interior_seconds": max(waits) if first else None,
+            "engine_calls_per_round": info["engine_calls_per_round"],
+            "halo_steps": info["halo_steps"],
+            "transport": info["transport"], "path": info["path"]}
 
 
 def drive(args):
@@ -151,18 +175,24 @@ def table(records, args):
                             100 * r["overhead"], r["halo_steps"],
                             r["transport"], 100 * r["exchange_share"]))
         return "\n".join(rows) + "\n"
-    rows = ["| preset | block per rank | steps | ranks | seconds | "
+    rows = ["| preset | block per rank | steps | ranks | overlap | seconds | "
             "GStencils/s | weak scaling efficiency | exchange share | "
-            "halo_steps | plain apply s (1 rank) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "halo_steps | calls per round | interior with messages out s | "
+            "wait after interior s | model picks overlap | "
+            "plain apply s (1 rank) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         plain = r.get("plain_seconds")
-        rows.append("| %s | %s | %d | %d | %.3f | %.2f | %.0f%% | %.1f%% | "
-                    "%s | %s |" % (
+        rows.append("| %s | %s | %d | %d | %s | %.3f | %.2f | %.0f%% | "
+                    "%.1f%% | %s | %d | %.3f | %.3f | %s | %s |" % (
                         r["preset"], "x".join(map(str, r["block"])),
-                        r["steps"], r["ranks"], r["seconds"], r["gstencils"],
-                        100 * r.get("efficiency", 0),
+                        r["steps"], r["ranks"],
+                        "on" if r["overlap"] else "off", r["seconds"],
+                        r["gstencils"], 100 * r.get("efficiency", 0),
                         100 * r["exchange_share"], r["halo_steps"],
+                        r["engine_calls_per_round"], r["overlap_seconds"],
+                        r["wait_after_interior_seconds"],
+                        "yes" if r["model_overlap"] else "no",
                         "%.3f" % plain if plain else ""))
     return "\n".join(rows) + "\n"
 

@@ -49,58 +49,70 @@ def run_both(comm, u, steps, mode, cval=0.0, root=0, dims=None, **kw):
     return out, ref, d1
 
 
+@pytest.mark.parametrize("overlap", [None, True])
 @pytest.mark.parametrize("halo_steps", [1, 2, 5, None])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("preset", PRESETS)
-def test_presets(comm, shared_rng, preset, mode, halo_steps):
+def test_presets(comm, shared_rng, preset, mode, halo_steps, overlap):
     ndim = cs.Stencil(preset).weights.ndim
     u = shared_rng.uniform(-1, 1, SHAPES[ndim])
     out, ref, d1 = run_both(comm, u, 7, mode, cval=0.375, stencil=preset,
-                            halo_steps=halo_steps)
+                            halo_steps=halo_steps, overlap=overlap)
+    if overlap and d1.info["halo_steps"]:
+        assert d1.info["overlap"]
     if out is not None:
         assert_close(out, ref, dict(preset=preset, mode=mode,
                                     halo_steps=halo_steps, dims=d1.dims,
+                                    overlap=d1.info["overlap"],
                                     seed=shared_rng.seed))
         np.testing.assert_array_equal(out, ref)  # same engine, same sums
 
 
+@pytest.mark.parametrize("overlap", [None, True])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("ndim", [1, 2, 3])
-def test_random_kernels(comm, shared_rng, ndim, mode):
+def test_random_kernels(comm, shared_rng, ndim, mode, overlap):
     w = random_weights(shared_rng, ndim, 5 if ndim < 3 else 3)
     shape = SHAPES[ndim]
     u = shared_rng.uniform(-1, 1, shape)
     steps = int(shared_rng.integers(1, 12))
     halo = [1, 2, 5, None][int(shared_rng.integers(0, 4))]
     out, ref, d1 = run_both(comm, u, steps, mode, cval=-0.5, weights=w,
-                            halo_steps=halo)
+                            halo_steps=halo, overlap=overlap)
     if out is not None:
         ctx = dict(weights=w.shape, mode=mode, steps=steps, halo=halo,
-                   dims=d1.dims, seed=shared_rng.seed)
+                   dims=d1.dims, overlap=d1.info["overlap"],
+                   seed=shared_rng.seed)
         assert_close(out, ref, ctx)
         # and the plain reference, independent of the engine
         assert_close(out, reference.apply(u, w, steps, mode, -0.5), ctx)
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("mode", MODES)
-def test_every_axis_split(comm, shared_rng, mode):
-    """All ranks along one axis, for each axis of a 3D grid."""
+def test_every_axis_split(comm, shared_rng, mode, overlap):
+    """All ranks along one axis, for each axis of a 3D grid (with
+    overlap: the interior's view is contiguous only along axis 0)."""
     size = comm.Get_size()
     for axis in range(3):
         dims = [1, 1, 1]
         dims[axis] = size
         u = shared_rng.random((9, 10, 11))
         out, ref, _ = run_both(comm, u, 4, mode, dims=dims,
-                               stencil="box3d27p", halo_steps=3)
+                               stencil="box3d27p", halo_steps=3,
+                               overlap=overlap)
         if out is not None:
-            assert_close(out, ref, dict(dims=dims, mode=mode))
+            assert_close(out, ref, dict(dims=dims, mode=mode,
+                                        overlap=overlap))
 
 
+@pytest.mark.parametrize("overlap", [None, True])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("preset", ["heat1d", "1d5p", "star2d13p"])
-def test_tiny_blocks(comm, shared_rng, preset, mode):
+def test_tiny_blocks(comm, shared_rng, preset, mode, overlap):
     """Blocks exactly as wide as the radius: k shrinks to 1, still exact,
-    reflect and mirror at the global edges included."""
+    reflect and mirror at the global edges included; with overlap the
+    interior is empty or a cell wide, and the strips do the rest."""
     w = cs.Stencil(preset).weights
     r = (w.shape[0] - 1) // 2
     size = comm.Get_size()
@@ -108,10 +120,13 @@ def test_tiny_blocks(comm, shared_rng, preset, mode):
     dims = (size,) + (1,) * (w.ndim - 1)
     u = shared_rng.random(shape)
     out, ref, d1 = run_both(comm, u, 5, mode, dims=dims, stencil=preset,
-                            halo_steps=None)
+                            halo_steps=None, overlap=overlap)
     assert d1.info["halo_steps"] in (None, 1)
+    if overlap and d1.info["halo_steps"]:
+        assert d1.info["overlap"]
     if out is not None:
-        assert_close(out, ref, dict(preset=preset, mode=mode, shape=shape))
+        assert_close(out, ref, dict(preset=preset, mode=mode, shape=shape,
+                                    overlap=overlap))
 
 
 def test_block_thinner_than_radius_fails_everywhere(comm, shared_rng):
@@ -126,12 +141,13 @@ def test_block_thinner_than_radius_fails_everywhere(comm, shared_rng):
         csd.apply(d, "star2d13p", steps=3)
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("steps,halo_steps", [(0, None), (1, 5), (13, 5),
                                               (10, 2), (3, 1)])
-def test_steps_and_rounds(comm, shared_rng, steps, halo_steps):
+def test_steps_and_rounds(comm, shared_rng, steps, halo_steps, overlap):
     u = shared_rng.random((24, 18))
     out, ref, d1 = run_both(comm, u, steps, "wrap", stencil="heat2d",
-                            halo_steps=halo_steps)
+                            halo_steps=halo_steps, overlap=overlap)
     info = d1.info
     k = info["halo_steps"]
     assert info["rounds"] == (0 if steps == 0 else -(-steps // k))
@@ -275,3 +291,40 @@ def test_unsplit_axes_need_no_exchange(comm, shared_rng, mode):
         ref = cs.apply(u, "box2d9p", steps=9, mode=mode, backend="cpu")
         assert_close(a, ref, dict(mode=mode))
         assert_close(b, ref, dict(mode=mode, self_exchange=True))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape,stencil", [((61,), "1d5p"),
+                                           ((40, 37), "box2d9p"),
+                                           ((20, 18, 17), "heat3d")])
+def test_overlap_on_and_off_agree(comm, shared_rng, shape, stencil, mode):
+    """Blocks with a real interior: overlap=True and False give the same
+    grid, bit for bit, and the interior ran while messages were out."""
+    csd = _csd()
+    u = shared_rng.uniform(-1, 1, shape)
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    backend="cpu")
+    runs = [csd.apply(d, stencil, steps=11, mode=mode, cval=0.25,
+                      halo_steps=3, overlap=flag) for flag in (False, True)]
+    off, on = runs[0].info, runs[1].info
+    assert not off["overlap"] and off["engine_calls_per_round"] == 1
+    if on["halo_steps"]:  # something is exchanged
+        assert on["overlap"] and on["engine_calls_per_round"] > 1
+        assert on["wait_after_interior_seconds"] >= 0
+        assert 0 <= on["overlap_seconds"] <= on["compute_seconds"]
+    a, b = csd.gather(runs[0]), csd.gather(runs[1])
+    if comm.Get_rank() == 0:
+        np.testing.assert_array_equal(a, b)
+        assert_close(b, cs.apply(u, stencil, steps=11, mode=mode, cval=0.25,
+                                 backend="cpu"), dict(mode=mode))
+
+
+def test_overlap_argument(comm):
+    csd = _csd()
+    d = csd.scatter(np.ones((8, 8)) if comm.Get_rank() == 0 else None,
+                    comm=comm, backend="cpu")
+    with pytest.raises(TypeError, match="overlap must be"):
+        csd.apply(d, "heat2d", overlap="yes")
+    if comm.Get_size() > 1:
+        with pytest.raises(ValueError, match="same arguments on every rank"):
+            csd.apply(d, "heat2d", overlap=comm.Get_rank() == 0)

@@ -43,7 +43,8 @@ if not LAUNCHED:
     mpi4py.rc.initialize = False
 csd = pytest.importorskip("convstencil.distributed",
                           exc_type=ImportError)
-from convstencil.distributed import _nccl, _partition, _plan  # noqa: E402
+from convstencil.distributed import (  # noqa: E402
+    _nccl, _overlap, _partition, _plan)
 
 
 def test_balanced_split():
@@ -138,6 +139,109 @@ def test_cost_model_prefers_deeper_halos_on_large_blocks():
     _, k_small = _plan.make_plan(d, (3, 3), "wrap", 1000, None, 5)
     assert k_big > 1 and 1 <= k_small <= 32
     assert _plan.predicted_step_seconds((100,), [(1, 2)], 1, 3, False) > 0
+
+
+def _cover(plan):
+    """Per owned cell, how many pieces write it; checks every src."""
+    interior, strips = _overlap.plan_split(plan)
+    count = np.zeros(plan.padded_shape, dtype=int)
+    pieces = ([interior] if interior else []) + strips
+    for src, dst in pieces:
+        count[_overlap.slices(dst)] += 1
+        for axis, ((s0, s1), (d0, d1)) in enumerate(zip(src, dst)):
+            g = plan.depth[axis]
+            n = plan.padded_shape[axis]
+            # each src side: a padded edge, or g cells off dst
+            assert s0 == 0 or d0 - s0 == g, (axis, src, dst)
+            assert s1 == n or s1 - d1 == g, (axis, src, dst)
+    return interior, strips, count
+
+
+def test_overlap_pieces_cover_the_block_once():
+    for shape, dims, rank, w, mode, k in [
+            ((20, 30), (2, 2), 3, (3, 5), "wrap", 3),
+            ((20, 30), (2, 2), 0, (3, 5), "constant", 3),
+            ((40, 9, 9), (2, 1, 1), 1, (3, 3, 3), "reflect", 4),
+            ((12, 12, 12), (2, 2, 1), 2, (5, 3, 3), "mirror", 2),
+            ((7, 40), (2, 1), 1, (3, 3), "wrap", 3)]:
+        d = _grid(shape, dims, rank)
+        plan, _ = _plan.make_plan(d, w, mode, 10, k, 9, overlap=True)
+        assert plan.overlap
+        interior, strips, count = _cover(plan)
+        owned = np.zeros_like(count)
+        owned[plan.owned()] = 1
+        np.testing.assert_array_equal(count, owned)
+        if interior is not None:  # it reads owned cells only
+            assert _overlap.slices(interior[0]) == plan.owned()
+
+
+def test_overlap_pieces_of_a_thin_block():
+    # 3 rows, ghosts 3 deep on both sides: no interior, the strips
+    # share the rows out
+    d = _grid((7, 40), (2, 1), 1)  # rows 4..6, wrap: both sides ghosted
+    plan, k = _plan.make_plan(d, (3, 3), "wrap", 10, 3, 5, overlap=True)
+    interior, strips, count = _cover(plan)
+    assert k == 3 and interior is None and len(strips) == 1
+    assert _overlap.axis_ranges(3, 3, 3, 3) == ((3, 6), (6, 6), (6, 6))
+
+
+def test_overlap_keeps_global_edges():
+    # constant mode, first block of 2 along axis 0: no ghost on its low
+    # side, so its pieces reach the padded block's low edge (the global
+    # edge, where the engine applies the real mode)
+    d = _grid((30, 30), (2, 1), 0)
+    plan, _ = _plan.make_plan(d, (3, 3), "constant", 10, 2, 5, overlap=True)
+    assert plan.lo == (False, False) and plan.hi == (True, False)
+    interior, strips = _overlap.plan_split(plan)
+    assert interior == (((0, 15), (0, 30)), ((0, 13), (0, 30)))
+    assert strips == [(((11, 17), (0, 30)), ((13, 15), (0, 30)))]
+
+
+def test_cost_model_overlap_choice(monkeypatch):
+    # a large block whose exchange takes long (slow network figures):
+    # overlap pays; a tiny block: the redundant work and calls do not
+    d = _grid((8192, 8192), (2, 1), 0)
+    sides = [(1, 2), (1, 0)]
+    shape = (4096, 8192)
+    plain = _plan.predicted_step_seconds(shape, sides, 8, 5, False)
+    over = _plan.predicted_step_seconds(shape, sides, 8, 5, False, True)
+    assert over > 0 and plain > 0
+    with monkeypatch.context() as m:
+        m.setitem(_plan._COSTS, False, dict(_plan._COSTS[False],
+                                            byte=1 / 0.2e9, message=1e-3))
+        plan, k = _plan.make_plan(d, (3, 3), "wrap", 100, 8, 5,
+                                  overlap=None)
+        assert plan.overlap and k == 8
+        small = _grid((16, 16), (2, 1), 0)
+        plan, _ = _plan.make_plan(small, (3, 3), "wrap", 100, 2, 5,
+                                  overlap=None)
+        assert not plan.overlap
+    # forced either way, whatever the model says
+    for flag in (False, True):
+        plan, _ = _plan.make_plan(d, (3, 3), "wrap", 100, None, 5,
+                                  overlap=flag)
+        assert plan.overlap is flag
+    # device blocks never overlap; nothing to exchange, nothing to hide
+    gpu = csd.DistributedGrid(None, (64, 64), _partition.split(
+        (64, 64), (2, 1)), _Comm(0, 2), True)
+    plan, _ = _plan.make_plan(gpu, (3, 3), "wrap", 10, 2, 5, overlap=True)
+    assert not plan.overlap
+    plan, _ = _plan.make_plan(_grid((8, 8), (1, 1), 0), (3, 3), "wrap", 10,
+                              2, 5, overlap=True)
+    assert not plan.overlap
+    with pytest.raises(TypeError, match="overlap must be"):
+        _plan.make_plan(d, (3, 3), "wrap", 10, 2, 5, overlap=1)
+
+
+def test_cost_model_overlap_costs_without_exchange(monkeypatch):
+    # with free messages there is nothing to hide: overlap only adds
+    # redundant work and calls
+    monkeypatch.setitem(_plan._COSTS, False, dict(
+        _plan._COSTS[False], byte=0.0, message=0.0))
+    sides = [(1, 2), (0, 0)]
+    plain = _plan.predicted_step_seconds((512, 512), sides, 4, 5, False)
+    over = _plan.predicted_step_seconds((512, 512), sides, 4, 5, False, True)
+    assert over > plain
 
 
 def test_nccl_messages_match_in_order():

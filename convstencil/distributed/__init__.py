@@ -11,9 +11,11 @@ processes (`dims`, as ``MPI.Compute_dims`` gives unless the caller
 chooses).  Every `halo_steps` (k) steps each rank exchanges k*r ghost
 layers with its neighbours, then runs k steps of the single-process
 engine on its block and ghosts; the result equals ``convstencil.apply``
-on the whole grid for every mode.  Blocks live in host memory (NumPy) or
-on a GPU (`backend`); ``info(d)`` says which transport ran, the bytes
-exchanged and the time in exchange and compute.
+on the whole grid for every mode.  Host blocks may compute their
+interior while the ghosts travel (`overlap`, where the cost model says
+it pays).  Blocks live in host memory (NumPy) or on a GPU (`backend`);
+``info(d)`` says which transport ran, the bytes exchanged, the time in
+exchange and compute, and whether the compute overlapped the exchange.
 
 Needs mpi4py and an MPI library: ``pip install "convstencil[mpi]"``.
 """

@@ -17,7 +17,7 @@ import numbers
 
 import numpy as np
 
-from . import _partition
+from . import _overlap, _partition
 
 # Largest k the cost model considers: deeper halos only grow the padding.
 MAX_AUTO_HALO_STEPS = 64
@@ -44,6 +44,7 @@ class HaloPlan:
     def __init__(self, d, radii, ghosted, periodic, k):
         self.radii = radii
         self.k = k
+        self.overlap = False  # interior compute during the exchange
         # under wrap every ghosted side is internal
         self.lo = tuple(bool(g and (c > 0 or periodic))
                         for g, c in zip(ghosted, d.coords))
@@ -131,16 +132,35 @@ def max_halo_steps(d, radii, ghosted):
     return min(limits) if limits else None
 
 
+def _check_overlap(overlap):
+    if overlap is None or isinstance(overlap, (bool, np.bool_)):
+        return overlap
+    raise TypeError("overlap must be True, False or None, got %r"
+                    % (overlap,))
+
+
+def _overlap_choices(d, overlap):
+    """What the model may pick: device blocks never overlap (their
+    exchange and engine calls are queued on one stream)."""
+    if d.on_device:
+        return (False,)
+    return (False, True) if overlap is None else (bool(overlap),)
+
+
 def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
-              self_exchange=False):
-    """The plan, the same on every rank; ValueError where no k fits."""
+              self_exchange=False, overlap=False):
+    """The plan, the same on every rank; ValueError where no k fits.
+    `overlap`: True, False or None (the cost model decides, with k where
+    halo_steps is None); the plan's `overlap` says what runs."""
     halo_steps = _check_halo_steps(halo_steps)
+    overlaps = _overlap_choices(d, _check_overlap(overlap))
     radii = tuple((s - 1) // 2 for s in weights_shape)
     periodic = mode == "wrap"
     ghosted = _ghosted_axes(d, radii, periodic, self_exchange)
     k_max = max_halo_steps(d, radii, ghosted)
-    if k_max is None:  # nothing to exchange: one round
-        return HaloPlan(d, radii, ghosted, periodic, 0), max(steps, 1)
+    if k_max is None:  # nothing to exchange: one round, nothing to hide
+        plan = HaloPlan(d, radii, ghosted, periodic, 0)
+        return plan, max(steps, 1)
     if k_max < 1:
         axis, thin = next(
             (a, min(e)) for a, (e, r, g) in enumerate(zip(
@@ -150,12 +170,15 @@ def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
             "stencil's radius %d there: a rank would need cells of ranks "
             "beyond its neighbour; use fewer ranks along that axis (dims=) "
             "or a larger grid" % (thin, axis, radii[axis]))
-    if halo_steps is None:
-        halo_steps = choose_halo_steps(d, radii, ghosted,
-                                       min(k_max, MAX_AUTO_HALO_STEPS),
-                                       steps, taps)
-    k = max(1, min(halo_steps, k_max, max(steps, 1)))
-    return HaloPlan(d, radii, ghosted, periodic, k), k
+    k = None
+    if halo_steps is not None:
+        k = max(1, min(halo_steps, k_max, max(steps, 1)))
+    k, chosen = choose_halo_steps(d, radii, ghosted,
+                                  min(k_max, MAX_AUTO_HALO_STEPS), steps,
+                                  taps, overlaps, k)
+    plan = HaloPlan(d, radii, ghosted, periodic, k)
+    plan.overlap = chosen
+    return plan, k
 
 
 # ---------------------------------------------------------------------------
@@ -176,29 +199,76 @@ _COSTS = {
 }
 
 
-def predicted_step_seconds(shape, depth_sides, k, taps, on_device):
-    """Predicted time per step with halo_steps k: one exchange and one
-    engine call per k steps, k steps on the padded block."""
+def _exchange_seconds(padded, depth_sides, k, cost):
+    """Per axis, the predicted time of its exchange (latency and bytes;
+    slabs span the padded extent of the other axes)."""
+    points = float(np.prod(padded, dtype=np.float64))
+    return [2 * sides * cost["message"]
+            + 8.0 * k * r * sides * points / n * cost["byte"]
+            for n, (r, sides) in zip(padded, depth_sides)]
+
+
+def _call_seconds(points, k, taps, cost):
+    """One engine call of k steps on `points` cells."""
+    return cost["call"] + points * cost["call_point"] + (
+        k * points * taps * cost["tap_point"])
+
+
+def _overlap_compute(shape, depth_sides, k, taps, cost):
+    """(interior, strips) compute seconds of an overlapped round: the
+    interior's call (plus copying it in and out where the owned block is
+    not contiguous in the padded one), and one call per strip plus the
+    copy of its exact part."""
+    lo = [k * r * (sides > 0) for r, sides in depth_sides]
+    hi = [k * r * (sides > 1) for r, sides in depth_sides]
+    padded = [n + a + b for n, a, b in zip(shape, lo, hi)]
+    interior, strips = _overlap.split(padded, lo, shape, lo, hi)
+    inner = 0.0
+    if interior is not None:
+        src = _overlap.points(interior[0])
+        copies = 0 if not any(lo[1:] + hi[1:]) else 2
+        inner = _call_seconds(src, k, taps, cost) + (
+            copies * src * cost["call_point"])
+    edge = sum(_call_seconds(_overlap.points(src), k, taps, cost)
+               + _overlap.points(dst) * cost["call_point"]
+               for src, dst in strips)
+    return inner, edge
+
+
+def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
+                           overlap=False):
+    """Predicted time per step with halo_steps k: one exchange per k
+    steps, then k steps on the padded block in one engine call; with
+    `overlap`, the first exchanging axis's messages fly while the
+    interior runs (the round waits for the longer of the two), then the
+    other axes' exchanges and the strips' calls."""
     cost = _COSTS[on_device]
     padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
-    points = float(np.prod(padded, dtype=np.float64))
-    messages = 2 * sum(sides for _, sides in depth_sides)
-    ghost = 0.0
-    for a, (r, sides) in enumerate(depth_sides):
-        others = points / padded[a]
-        ghost += 8.0 * k * r * sides * others
-    per_round = (messages * cost["message"] + ghost * cost["byte"]
-                 + cost["call"] + points * cost["call_point"])
-    return per_round / k + points * taps * cost["tap_point"]
+    exchange = _exchange_seconds(padded, depth_sides, k, cost)
+    if not overlap:
+        compute = _call_seconds(float(np.prod(padded, dtype=np.float64)),
+                                k, taps, cost)
+        return (sum(exchange) + compute) / k
+    inner, edge = _overlap_compute(shape, depth_sides, k, taps, cost)
+    first = next((i for i, (_, sides) in enumerate(depth_sides) if sides),
+                 None)
+    hidden = exchange[first] if first is not None else 0.0
+    rest = sum(exchange) - hidden
+    return (max(hidden, inner) + rest + edge) / k
 
 
-def choose_halo_steps(d, radii, ghosted, k_max, steps, taps):
-    """The k in 1..k_max the cost model predicts fastest.  Every rank
-    must pick the same k, so the model sees the largest block with
-    neighbours on both sides of every ghosted axis."""
+def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
+                      overlaps=(False,), k=None):
+    """(k, overlap): the k in 1..k_max (or the given `k`) and the choice
+    in `overlaps` the cost model predicts fastest.  Every rank must pick
+    the same, so the model sees the largest block with neighbours on
+    both sides of every ghosted axis."""
     sides = [(r, 2 if g else 0) for r, g in zip(radii, ghosted)]
     k_max = max(1, min(k_max, max(steps, 1)))
     shape = [max(e) for e in d.extents]
-    costs = [predicted_step_seconds(shape, sides, k, taps,
-                                    d.on_device) for k in range(1, k_max + 1)]
-    return 1 + int(np.argmin(costs))
+    ks = [k] if k is not None else range(1, k_max + 1)
+    costs = [(predicted_step_seconds(shape, sides, kk, taps, d.on_device,
+                                     ov), kk, ov)
+             for ov in overlaps for kk in ks]
+    _, k, overlap = min(costs, key=lambda c: c[0])
+    return k, overlap

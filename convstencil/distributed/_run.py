@@ -1,5 +1,7 @@
 """apply() on a DistributedGrid: exchange k*r ghost layers, run k steps
-of the single-process engine on the padded block, repeat.
+of the single-process engine on the padded block, repeat.  With overlap
+(host blocks), the interior runs while the ghosts travel and the strips
+near the ghosts after (_overlap.py).
 
 Every rank keeps two padded blocks (block plus ghosts, _plan.py) and
 alternates between them: the exchange fills the ghosts of the current
@@ -15,7 +17,7 @@ from mpi4py import MPI
 from .. import _apply, _device
 from .. import apply as _engine_apply
 from .. import last_run_info as _engine_info
-from . import _device_blocks, _plan, _transport
+from . import _device_blocks, _overlap, _plan, _transport
 from ._agree import agree, check
 from ._grid import DistributedGrid, _check_grid
 
@@ -25,7 +27,14 @@ _last_info = {}
 def info(d=None):
     """What the apply() that made `d` ran (default: this rank's last
     distributed apply): transport, halo_steps, rounds, bytes_sent,
-    exchange_seconds, compute_seconds, seconds, backend, path, ..."""
+    exchange_seconds, compute_seconds, seconds, backend, path, ...
+
+    With overlap (info["overlap"]): exchange_seconds is the exchange time
+    this rank did not hide (posting, waiting, the later axes);
+    overlap_seconds the interior compute that ran while the first axis's
+    messages were in flight (the most exchange time hidden);
+    wait_after_interior_seconds the time still spent waiting for them
+    after the interior (exchange time not hidden)."""
     if d is None:
         return dict(_last_info)
     _check_grid(d)
@@ -69,13 +78,14 @@ def _same_everywhere(comm, args, halo_steps):
             raise ValueError(
                 "apply() must get the same arguments on every rank; rank %d "
                 "differs from rank 0 (stencil, steps, mode, cval, backend, "
-                "transport, halo_steps and self_exchange): %r != %r"
+                "transport, halo_steps, self_exchange and overlap): "
+                "%r != %r"
                 % (rank, other[1:], keys[0][1:]))
 
 
 def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
           cval=0.0, halo_steps=None, backend="auto", transport="auto",
-          self_exchange=False):
+          self_exchange=False, overlap=None):
     """Apply a stencil `steps` times to the distributed grid `d`; return
     the new DistributedGrid (`d` is left as it was).
 
@@ -91,19 +101,28 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     needs no exchange (the engine's own mode is exact along a whole
     axis, wrap included); `self_exchange=True` makes a periodic one
     exchange with the rank itself through the transport all the same
-    (the same result: for testing a transport on one rank).  Every rank
-    of d.comm must call it with the same arguments.
+    (the same result: for testing a transport on one rank).
+
+    `overlap` (host blocks): compute the deep interior of the block,
+    which needs no ghost cell, while the first split axis's ghosts are
+    in flight, then the boundary strips once they arrived.  It costs
+    redundant work (the strips' input margins) and more engine calls:
+    None lets the cost model decide (with k, where halo_steps is None),
+    True or False forces it; the result is the same.  Device blocks
+    never overlap (info()'s "overlap" says False).  Every rank of
+    d.comm must call it with the same arguments.
     """
     _check_grid(d)
     comm = d.comm
     args = agree(comm, _resolve, d, stencil, weights, steps, mode, cval,
                  backend, transport)
     self_exchange = bool(self_exchange)
-    agree(comm, _same_everywhere, comm, args, (halo_steps, self_exchange))
+    agree(comm, _same_everywhere, comm, args,
+          (halo_steps, self_exchange, overlap))
     w, steps, mode, cval, name, transport = args
     taps = int(np.count_nonzero(w))
     plan, k = agree(comm, _plan.make_plan, d, w.shape, mode, steps,
-                    halo_steps, taps, self_exchange)
+                    halo_steps, taps, self_exchange, overlap)
     pads = agree(comm, _padded, d, plan)
     link = _transport.open_transport(transport, comm, plan, d.on_device)
     try:
@@ -138,26 +157,97 @@ def _owned(padded, plan, on_device):
     return padded[plan.owned()]
 
 
+class _Engine:
+    """k steps of the single-process engine with the run's arguments."""
+
+    def __init__(self, w, mode, cval, name):
+        self.kw = dict(weights=w, mode=mode, cval=cval, backend=name)
+        self.path = None
+
+    def __call__(self, grid, steps, out=None):
+        result = _engine_apply(grid, steps=steps, out=out, **self.kw)
+        self.path = _engine_info().get("path")
+        return result
+
+
+def _plain_round(link, src, dst, n, engine, times):
+    """Exchange every ghost, then one call on the whole padded block."""
+    t0 = time.perf_counter()
+    link.exchange(src)
+    t1 = time.perf_counter()
+    times["exchange"] += t1 - t0
+    try:
+        engine(src, n, out=dst)
+    finally:
+        times["compute"] += time.perf_counter() - t1
+
+
+def _interior(src, dst, piece, n, engine):
+    """The interior: its src is the owned block, which the result may
+    fill whole where it is contiguous (its strips are wrong there until
+    the strips' calls overwrite them)."""
+    where = _overlap.slices(piece[0])
+    target = dst[where]
+    if target.flags.c_contiguous:
+        engine(src[where], n, out=target)
+    else:
+        dst[_overlap.slices(piece[1])] = engine(src[where], n)[
+            _overlap.within(piece)]
+
+
+def _strips(src, dst, strips, n, engine):
+    for piece in strips:
+        dst[_overlap.slices(piece[1])] = engine(
+            src[_overlap.slices(piece[0])], n)[_overlap.within(piece)]
+
+
+def _overlapped_round(link, src, dst, n, engine, times, pieces):
+    """Post the first axis, compute the interior, finish the exchange,
+    compute the strips (_overlap.py).  The exchange is finished even if
+    the interior failed: the neighbours wait for its messages."""
+    interior, strips = pieces
+    t0 = time.perf_counter()
+    pending = link.start(src)
+    t1 = time.perf_counter()
+    try:
+        if interior is not None:
+            _interior(src, dst, interior, n, engine)
+    finally:
+        t2 = time.perf_counter()
+        waited = link.finish(src, pending)
+        t3 = time.perf_counter()
+        times["exchange"] += (t1 - t0) + (t3 - t2)
+        times["compute"] += t2 - t1
+        if interior is not None:
+            times["hidden"] += t2 - t1
+        times["wait"] += waited
+    try:
+        _strips(src, dst, strips, n, engine)
+    finally:
+        times["compute"] += time.perf_counter() - t3
+
+
 def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
     comm = d.comm
-    exchange = compute = 0.0
-    rounds, path, cur = 0, None, 0
+    engine = _Engine(w, mode, cval, name)
+    times = dict(exchange=0.0, compute=0.0, hidden=0.0, wait=0.0)
+    overlap = bool(plan.overlap and plan.k and not d.on_device)
+    pieces = _overlap.plan_split(plan) if overlap else None
+    rounds, cur = 0, 0
     start = time.perf_counter()
     done = 0
     while done < steps:
         n = min(k, steps - done)
-        t0 = time.perf_counter()
-        link.exchange(pads[cur])
-        t1 = time.perf_counter()
         failure = None
         try:
-            _engine_apply(pads[cur], weights=w, steps=n, mode=mode,
-                          cval=cval, backend=name, out=pads[1 - cur])
-            path = _engine_info().get("path")
+            if overlap:
+                _overlapped_round(link, pads[cur], pads[1 - cur], n, engine,
+                                  times, pieces)
+            else:
+                _plain_round(link, pads[cur], pads[1 - cur], n, engine,
+                             times)
         except BaseException as exc:  # noqa: B902 - voted on, re-raised
             failure = exc
-        compute += time.perf_counter() - t1
-        exchange += t1 - t0
         check(comm, failure)
         cur, done, rounds = 1 - cur, done + n, rounds + 1
     comm_size = comm.Get_size()
@@ -165,8 +255,16 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
     return {"transport": link.name, "halo_steps": plan.k or None,
             "rounds": rounds, "bytes_sent": exchanged,
             "bytes_sent_all_ranks": comm.allreduce(exchanged, op=MPI.SUM),
-            "exchange_seconds": exchange, "compute_seconds": compute,
+            "exchange_seconds": times["exchange"],
+            "compute_seconds": times["compute"],
+            "overlap": overlap,
+            "overlap_seconds": times["hidden"],
+            "wait_after_interior_seconds": times["wait"],
+            "engine_calls_per_round": (
+                1 if not overlap
+                else len(pieces[1]) + (pieces[0] is not None)),
             "seconds": time.perf_counter() - start, "backend": name,
-            "path": path, "steps": steps, "mode": mode, "dims": d.dims,
-            "ranks": comm_size, "ghost_depth": plan.ghost_depth,
+            "path": engine.path, "steps": steps, "mode": mode,
+            "dims": d.dims, "ranks": comm_size,
+            "ghost_depth": plan.ghost_depth,
             "padded_shape": plan.padded_shape, "_final": cur}

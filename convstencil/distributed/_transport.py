@@ -10,7 +10,11 @@
 
 Axes go one after another: an axis's slabs span the ghosts filled along
 earlier axes, which fills edges and corners without diagonal messages.
+Host blocks can also start an exchange and finish it later (start,
+finish), so that compute that needs no ghost runs meanwhile.
 """
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -54,15 +58,38 @@ class HostMPI:
             self._types[region] = found
         return found
 
+    def _post(self, padded, sides):
+        requests = [self.comm.Irecv([padded, 1, self._type(s.recv)],
+                                    source=s.peer, tag=s.recv_tag)
+                    for s in sides]
+        requests += [self.comm.Isend([padded, 1, self._type(s.send)],
+                                     dest=s.peer, tag=s.send_tag)
+                     for s in sides]
+        return requests
+
+    def start(self, padded):
+        """Post the first exchanging axis's messages and return at once;
+        finish() completes the exchange.  Until then the owned cells may
+        be read (the sends only read them) but no ghost cell: only that
+        axis is in flight, because the later axes' slabs carry its
+        ghosts on (edges and corners), so they go after it arrived."""
+        axes = [sides for sides in self.plan.axes if sides]
+        first = self._post(padded, axes[0]) if axes else []
+        return first, axes[1:]
+
+    def finish(self, padded, pending):
+        """Wait for the first axis (returns the seconds waited for it),
+        then exchange the other axes one after another."""
+        first, rest = pending
+        t0 = time.perf_counter()
+        MPI.Request.Waitall(first)
+        waited = time.perf_counter() - t0
+        for sides in rest:
+            MPI.Request.Waitall(self._post(padded, sides))
+        return waited
+
     def exchange(self, padded):
-        for sides in self.plan.axes:
-            requests = [self.comm.Irecv([padded, 1, self._type(s.recv)],
-                                        source=s.peer, tag=s.recv_tag)
-                        for s in sides]
-            requests += [self.comm.Isend([padded, 1, self._type(s.send)],
-                                         dest=s.peer, tag=s.send_tag)
-                         for s in sides]
-            MPI.Request.Waitall(requests)
+        self.finish(padded, self.start(padded))
 
     def close(self):
         for datatype in self._types.values():
