@@ -329,6 +329,7 @@ no_cuda_engine(void)
 }
 #endif
 
+#ifdef CS_HAVE_CUDA
 /* A tuple of 3 integers into v; -1 with an exception otherwise. */
 static int
 parse_triple(PyObject *t, const char *what, ptrdiff_t v[3])
@@ -346,6 +347,7 @@ parse_triple(PyObject *t, const char *what, ptrdiff_t v[3])
     }
     return 0;
 }
+#endif
 
 PyDoc_STRVAR(run_device_doc,
 "run_device(in_ptr, in_dtype, in_strides, out_ptr, out_strides, shape,\n"
