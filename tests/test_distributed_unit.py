@@ -9,13 +9,20 @@ import types
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import convstencil
+
+# the folder holding the convstencil this run imports: the source tree
+# with an in-place build, or site-packages after `pip install .` (then
+# the source tree, which has no compiled _core, must not come first)
+PACKAGE_HOME = os.path.dirname(os.path.dirname(os.path.abspath(
+    convstencil.__file__)))
 
 
 def _run_python(code):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, PYTHONPATH=PACKAGE_HOME)
+    return subprocess.run([sys.executable, "-c", code], cwd=PACKAGE_HOME,
+                          env=env, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_import_without_mpi4py():
