@@ -28,8 +28,6 @@
  */
 #include "plan.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 #define CC2D_MAX_SIDE 7
@@ -64,18 +62,6 @@ cs_cc2d_taps(const int size[3], const double *weights)
     }
     return cs_outer_factors(k, k, weights, col, row) ? CS_CC2D_RANK1
                                                      : CS_CC2D_BOX;
-}
-
-static void
-say(char *msg, size_t msg_len, const char *fmt, ...)
-{
-    if (msg == NULL || msg_len == 0) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, msg_len, fmt, ap);
-    va_end(ap);
 }
 
 static int
@@ -136,24 +122,24 @@ choose_path(const cs_kernel *k, const cs_plan *plan, cs_cuda_path path,
                          && k->size[2] <= CS_TC_MAX_SIDE;
     const int tc_hw = caps->cc_major >= 9; /* FP64 m16n8k4 MMA: sm_90 */
     if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits && k->ndim == 1) {
-        say(msg, msg_len,
-            "the tensor-core path runs 1D kernels up to 31 points; this "
-            "one has %td (use the CUDA-core path)",
-            k->size[2]);
+        cs_say(msg, msg_len,
+               "the tensor-core path runs 1D kernels up to 31 points; this "
+               "one has %td (use the CUDA-core path)",
+               k->size[2]);
         return CS_ERR_UNSUPPORTED;
     }
     if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_fits) {
-        say(msg, msg_len,
-            "the tensor-core path runs kernels up to 7 per axis (7 x 7 x "
-            "7); this one is %td x %td x %td",
-            k->size[0], k->size[1], k->size[2]);
+        cs_say(msg, msg_len,
+               "the tensor-core path runs kernels up to 7 per axis (7 x 7 x "
+               "7); this one is %td x %td x %td",
+               k->size[0], k->size[1], k->size[2]);
         return CS_ERR_UNSUPPORTED;
     }
     if (path == CS_CUDA_PATH_TENSOR_CORE && !tc_hw) {
-        say(msg, msg_len,
-            "the tensor-core path needs sm_90 or newer (FP64 m16n8k4 "
-            "MMA); this device is sm_%d%d",
-            caps->cc_major, caps->cc_minor);
+        cs_say(msg, msg_len,
+               "the tensor-core path needs sm_90 or newer (FP64 m16n8k4 "
+               "MMA); this device is sm_%d%d",
+               caps->cc_major, caps->cc_minor);
         return CS_ERR_UNSUPPORTED;
     }
     const int tc = path == CS_CUDA_PATH_TENSOR_CORE
@@ -345,7 +331,7 @@ cs_plan_make(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
         msg[0] = '\0';
     }
     if (!args_valid(k, shape, mode, steps, path, caps, plan)) {
-        say(msg, msg_len, "cs_plan_make: invalid arguments");
+        cs_say(msg, msg_len, "cs_plan_make: invalid arguments");
         return CS_ERR_INVALID;
     }
     memset(plan, 0, sizeof(*plan));
@@ -369,7 +355,7 @@ cs_plan_make(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
                  : plan_cuda_core(k, shape, mode, steps, caps, plan);
     }
     if (st != CS_OK) {
-        say(msg, msg_len, "fusion plan: %s", cs_status_string(st));
+        cs_say(msg, msg_len, "fusion plan: %s", cs_status_string(st));
         return st;
     }
     if (plan->fusion.needs_band && plan->fusion.passes > 0) {

@@ -11,6 +11,8 @@
  */
 #include "stencil.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,18 @@ cs_status_string(cs_status status)
         return "interrupted";
     }
     return "unknown status";
+}
+
+void
+cs_say(char *msg, size_t msg_len, const char *fmt, ...)
+{
+    if (msg == NULL || msg_len == 0) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msg_len, fmt, ap);
+    va_end(ap);
 }
 
 int

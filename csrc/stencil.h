@@ -54,6 +54,10 @@ typedef struct cs_interrupt {
 int
 cs_interrupt_requested(const cs_interrupt *intr, long steps_done);
 
+/* printf into msg (msg_len bytes); nothing when msg is NULL. */
+void
+cs_say(char *msg, size_t msg_len, const char *fmt, ...);
+
 /* Boundary modes, with scipy.ndimage's names and meanings. */
 typedef enum cs_mode {
     CS_MODE_CONSTANT = 0, /* k k k | a b c d | k k k   (k = cval)        */

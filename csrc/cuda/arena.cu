@@ -80,9 +80,8 @@ cs_contiguous_view(const ptrdiff_t n[3], char *base)
     return v;
 }
 
-/* Reserve `bytes` at the end of the arena; 0 on overflow. */
-static int
-take(size_t *top, size_t bytes, size_t *offset)
+int
+cs_arena_take(size_t *top, size_t bytes, size_t *offset)
 {
     size_t at = (*top + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     if (at < *top || bytes > SIZE_MAX - at) {
@@ -93,14 +92,21 @@ take(size_t *top, size_t bytes, size_t *offset)
     return 1;
 }
 
+/* Two grids of `bytes` each (a ping-pong pair) at the end of the arena. */
+static int
+take_pair(cs_arena *arena, size_t bytes, size_t off[2])
+{
+    return cs_arena_take(&arena->bytes, bytes, &off[0])
+           && cs_arena_take(&arena->bytes, bytes, &off[1]);
+}
+
 int
 cs_arena_make(const cs_plan *plan, const cs_kernel *k,
               const ptrdiff_t main_halo[3], cs_arena *arena)
 {
     memset(arena, 0, sizeof(*arena));
     int ok = geom_make(plan->run_shape, main_halo, &arena->main)
-             && take(&arena->bytes, arena->main.bytes, &arena->off_main[0])
-             && take(&arena->bytes, arena->main.bytes, &arena->off_main[1]);
+             && take_pair(arena, arena->main.bytes, arena->off_main);
     ptrdiff_t r[3];
     for (int a = 0; a < 3; a++) {
         r[a] = cs_kernel_radius(k, a);
@@ -115,10 +121,7 @@ cs_arena_make(const cs_plan *plan, const cs_kernel *k,
                           plan->run_shape[2]};
         n[a] = 2 * plan->fusion.strip[a];
         ok = geom_make(n, r, &arena->strip[a])
-             && take(&arena->bytes, arena->strip[a].bytes,
-                     &arena->off_strip[a][0])
-             && take(&arena->bytes, arena->strip[a].bytes,
-                     &arena->off_strip[a][1]);
+             && take_pair(arena, arena->strip[a].bytes, arena->off_strip[a]);
     }
     return ok;
 }

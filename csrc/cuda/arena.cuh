@@ -29,6 +29,14 @@ cs_geom_view(const cs_grid_geom *g, char *base);
 cs_dgrid
 cs_contiguous_view(const ptrdiff_t n[3], char *base);
 
+/*
+ * Reserve `bytes` at the end of a block laid out as offsets (`*top`: its
+ * size so far), 256-byte aligned: *offset is where they start.  0 when
+ * the size overflows.  The arena's layout and the parameter block's.
+ */
+int
+cs_arena_take(size_t *top, size_t bytes, size_t *offset);
+
 typedef struct cs_arena {
     cs_grid_geom main;        /* the ping-pong grids */
     cs_grid_geom strip[3];    /* axis a's band strips, both edges stacked */

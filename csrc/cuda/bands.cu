@@ -39,6 +39,25 @@ cs_refresh_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, ptrdiff_t fold_points,
 }
 
 /*
+ * Copy two boxes `width` thick along axis a, spanning the other axes of
+ * dst whole: the near one at 0 in both grids, the far one from src_far in
+ * src to dst_far in dst.  The strips' gather and the bands' scatter.
+ */
+static cs_status
+copy_edges(cs_cuda_ctx *ctx, const cs_dgrid *dst, ptrdiff_t dst_far,
+           const cs_dgrid *src, ptrdiff_t src_far, int a, ptrdiff_t width)
+{
+    ptrdiff_t ext[3] = {dst->n[0], dst->n[1], dst->n[2]};
+    const ptrdiff_t origin[3] = {0, 0, 0};
+    ptrdiff_t to[3] = {0, 0, 0}, from[3] = {0, 0, 0};
+    ext[a] = width;
+    to[a] = dst_far;
+    from[a] = src_far;
+    CS_TRY(cs_cuda_copy_box(ctx, dst, origin, src, origin, ext));
+    return cs_cuda_copy_box(ctx, dst, to, src, from, ext);
+}
+
+/*
  * The first half of the band fix-up of the pass src -> dst along axis a
  * (see the top comment), on ctx's stream: gather both edge strips of src
  * into job->buf[0] and run plan->depth unfused steps on them.  It reads
@@ -50,16 +69,7 @@ band_compute(cs_cuda_ctx *ctx, cs_band_job *job, int a, const cs_dgrid *src,
              double cval)
 {
     const ptrdiff_t s = plan->strip[a];
-    ptrdiff_t ext[3] = {src->n[0], src->n[1], src->n[2]};
-    ptrdiff_t origin[3] = {0, 0, 0};
-    ptrdiff_t far_src[3] = {0, 0, 0};
-    ptrdiff_t far_buf[3] = {0, 0, 0};
-
-    ext[a] = s;
-    far_src[a] = src->n[a] - s;
-    far_buf[a] = s;
-    CS_TRY(cs_cuda_copy_box(ctx, &job->buf[0], origin, src, origin, ext));
-    CS_TRY(cs_cuda_copy_box(ctx, &job->buf[0], far_buf, src, far_src, ext));
+    CS_TRY(copy_edges(ctx, &job->buf[0], s, src, src->n[a] - s, a, s));
     int c = 0;
     for (int t = 0; t < plan->depth; t++) {
         CS_TRY(cs_refresh_halo(ctx, &job->buf[c], 0, mode, cval,
@@ -78,18 +88,8 @@ band_scatter(cs_cuda_ctx *ctx, const cs_band_job *job, int a,
 {
     const ptrdiff_t s = plan->strip[a];
     const ptrdiff_t b = plan->band[a];
-    const cs_dgrid *res = &job->buf[plan->depth % 2];
-    ptrdiff_t ext[3] = {dst->n[0], dst->n[1], dst->n[2]};
-    ptrdiff_t origin[3] = {0, 0, 0};
-    ptrdiff_t far_dst[3] = {0, 0, 0};
-    ptrdiff_t far_buf[3] = {0, 0, 0};
-
-    ext[a] = b;
-    far_dst[a] = dst->n[a] - b;
-    far_buf[a] = 2 * s - b;
-    CS_TRY(cs_cuda_copy_box(ctx, dst, origin, res, origin, ext));
-    CS_TRY(cs_cuda_copy_box(ctx, dst, far_dst, res, far_buf, ext));
-    return CS_OK;
+    return copy_edges(ctx, dst, dst->n[a] - b, &job->buf[plan->depth % 2],
+                      2 * s - b, a, b);
 }
 
 cs_status

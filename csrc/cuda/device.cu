@@ -11,26 +11,11 @@
 #include "cuda_engine.h"
 #include "check.cuh"
 
-#include <stdarg.h>
-#include <stdio.h>
 
 /* Never launched: its attributes tell whether this build runs here. */
 __global__ void
 cs_cuda_probe_kernel(void)
 {
-}
-
-/* snprintf into msg, which may be NULL. */
-static void
-say(char *msg, size_t msg_len, const char *fmt, ...)
-{
-    if (msg == NULL || msg_len == 0) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, msg_len, fmt, ap);
-    va_end(ap);
 }
 
 int
@@ -40,12 +25,13 @@ cs_cuda_device_count(char *msg, size_t msg_len)
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         /* no driver, no GPU, a driver older than the runtime, ... */
-        say(msg, msg_len, "no usable CUDA device: %s", cudaGetErrorString(e));
+        cs_say(msg, msg_len, "no usable CUDA device: %s",
+               cudaGetErrorString(e));
         (void)cudaGetLastError();
         return e == cudaErrorNoDevice ? 0 : -1;
     }
     if (count == 0) {
-        say(msg, msg_len, "no CUDA device is visible");
+        cs_say(msg, msg_len, "no CUDA device is visible");
         return 0;
     }
     int dev = 0;
@@ -55,25 +41,26 @@ cs_cuda_device_count(char *msg, size_t msg_len)
         e = cudaGetDeviceProperties(&prop, dev);
     }
     if (e != cudaSuccess) {
-        say(msg, msg_len, "cannot query CUDA device: %s",
-            cudaGetErrorString(e));
+        cs_say(msg, msg_len, "cannot query CUDA device: %s",
+               cudaGetErrorString(e));
         (void)cudaGetLastError();
         return -1;
     }
     cudaFuncAttributes attr;
     e = cudaFuncGetAttributes(&attr, cs_cuda_probe_kernel);
     if (e != cudaSuccess) {
-        say(msg, msg_len, "%s, sm_%d%d: not usable by this build: %s",
-            prop.name, prop.major, prop.minor, cudaGetErrorString(e));
+        cs_say(msg, msg_len, "%s, sm_%d%d: not usable by this build: %s",
+               prop.name, prop.major, prop.minor, cudaGetErrorString(e));
         (void)cudaGetLastError();
         return 0;
     }
     if (count > 1) {
-        say(msg, msg_len, "%s, sm_%d%d, %d SMs (device %d of %d)", prop.name,
-            prop.major, prop.minor, prop.multiProcessorCount, dev, count);
+        cs_say(msg, msg_len, "%s, sm_%d%d, %d SMs (device %d of %d)",
+               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+               dev, count);
     } else {
-        say(msg, msg_len, "%s, sm_%d%d, %d SMs", prop.name, prop.major,
-            prop.minor, prop.multiProcessorCount);
+        cs_say(msg, msg_len, "%s, sm_%d%d, %d SMs", prop.name, prop.major,
+               prop.minor, prop.multiProcessorCount);
     }
     return count;
 }
@@ -85,14 +72,14 @@ cs_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg,
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        say(msg, msg_len, "no usable CUDA device: %s",
-            e != cudaSuccess ? cudaGetErrorString(e) : "none is visible");
+        cs_say(msg, msg_len, "no usable CUDA device: %s",
+               e != cudaSuccess ? cudaGetErrorString(e) : "none is visible");
         (void)cudaGetLastError();
         return CS_ERR_NO_DEVICE;
     }
     e = cudaMemGetInfo(free_bytes, total_bytes);
     if (e != cudaSuccess) {
-        say(msg, msg_len, "%s", cudaGetErrorString(e));
+        cs_say(msg, msg_len, "%s", cudaGetErrorString(e));
         (void)cudaGetLastError();
         return CS_ERR_CUDA;
     }

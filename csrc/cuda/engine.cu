@@ -37,7 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PARAM_ALIGN 256 /* bytes: every piece of the parameter block */
 #define BAND_SPARE_SMS 4 /* SMs a banded tc2d pass leaves free: on the H100,
                             heat2d fused 3 deep ran fastest with 4 of 1, 2, 4 */
 
@@ -193,19 +192,6 @@ plan_call(cs_cuda_ctx *ctx, cs_apply_state *s, const ptrdiff_t shape[3],
     return CS_OK;
 }
 
-/* Reserve `bytes` at the end of the parameter block; 0 on overflow. */
-static int
-take(size_t *top, size_t bytes, size_t *offset)
-{
-    size_t at = (*top + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN;
-    if (at < *top || bytes > SIZE_MAX - at) {
-        return 0;
-    }
-    *offset = at;
-    *top = at + bytes;
-    return 1;
-}
-
 /* The kernels' parameters as one block: host copy, then device views. */
 typedef struct param_plan {
     size_t off_w, off_wc, off_wa, off_wb, off_lut, top;
@@ -232,11 +218,11 @@ upload_params(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_kernel *kernel,
         cc_fused ? (size_t)cs_kernel_count(&s->composed) * sizeof(double) : 0;
     pp.wbytes = use_tc ? s->w_count * sizeof(double) : 0;
     pp.lbytes = use_tc ? (size_t)4 * s->layout.in_cols * sizeof(int) : 0;
-    int ok = take(&pp.top, pp.kbytes, &pp.off_w)
-             && take(&pp.top, pp.cbytes, &pp.off_wc)
-             && take(&pp.top, pp.wbytes, &pp.off_wa)
-             && take(&pp.top, pp.wbytes, &pp.off_wb)
-             && take(&pp.top, pp.lbytes, &pp.off_lut);
+    int ok = cs_arena_take(&pp.top, pp.kbytes, &pp.off_w)
+             && cs_arena_take(&pp.top, pp.cbytes, &pp.off_wc)
+             && cs_arena_take(&pp.top, pp.wbytes, &pp.off_wa)
+             && cs_arena_take(&pp.top, pp.wbytes, &pp.off_wb)
+             && cs_arena_take(&pp.top, pp.lbytes, &pp.off_lut);
     s->params_host = ok ? (char *)calloc(1, pp.top) : NULL;
     if (s->params_host == NULL) {
         cs_cuda_message(ctx, "out of host memory (kernel parameters)");
@@ -392,15 +378,13 @@ static void
 main_halo(const cs_apply_state *s, const cs_plan *plan,
           const cs_kernel *kernel, ptrdiff_t halo[3])
 {
-    const cs_kernel *reach =
-        plan->fusion.passes > 0 ? &s->composed : kernel;
+    /* prepare_passes composed the kernel for tensor-core and cc3d passes */
+    const int composed = s->composed.weights != NULL;
+    const cs_kernel *reach = composed ? &s->composed : kernel;
     for (int a = 0; a < 3; a++) {
-        halo[a] = cs_kernel_radius(plan->pass == CS_PASS_CC3D ? reach
-                                                              : kernel, a);
+        halo[a] = cs_kernel_radius(reach, a);
     }
-    if (plan->path == CS_CUDA_PATH_TENSOR_CORE && plan->fusion.passes > 0) {
-        halo[0] = cs_kernel_radius(reach, 0);
-        halo[1] = cs_kernel_radius(reach, 1);
+    if (composed && plan->path == CS_CUDA_PATH_TENSOR_CORE) {
         halo[2] = s->layout.halo_x;
     }
 }
@@ -571,8 +555,8 @@ cs_engine_info_init(cs_run_info *info, long steps)
 
 cs_status
 cs_engine_check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
-                     const ptrdiff_t shape[3], const cs_kernel *kernel, cs_mode mode,
-                     long steps, cs_cuda_path path)
+                     const ptrdiff_t shape[3], const cs_kernel *kernel,
+                     cs_mode mode, long steps, cs_cuda_path path)
 {
     if (in == NULL || out == NULL || shape == NULL || kernel == NULL
         || kernel->weights == NULL) {
@@ -610,8 +594,8 @@ cs_engine_check_args(cs_cuda_ctx *ctx, const double *in, const double *out,
 }
 
 cs_status
-cs_engine_begin(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_cuda_streams *streams,
-                int *timed)
+cs_engine_begin(cs_cuda_ctx *ctx, cs_apply_state *s,
+                const cs_cuda_streams *streams, int *timed)
 {
     CS_TRY(cs_lane_take(ctx, &s->lane));
     *timed = streams == NULL || streams->run == 0;

@@ -137,7 +137,8 @@ fold1d_ends_kernel(const ends_params p)
                        the strip's valid part (n >= 2 * strip) */
                     v = p.src.mode == CS_MODE_CONSTANT
                             ? p.src.cval
-                            : cur[cs_extend_index(point, n, p.src.mode) - base];
+                            : cur[cs_extend_index(point, n, p.src.mode)
+                                  - base];
                 } else {
                     v = 0.0; /* beyond the strip's inner side: feeds only
                                 positions that are dropped */

@@ -208,10 +208,6 @@ cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval);
 
-/* Shared memory (bytes) a tb2d block opts into. */
-size_t
-cs_cuda_tb2d_smem_bytes(void);
-
 /* ---- fused_band.cu ---------------------------------------------------- */
 
 #define CS_FUSED_BAND_MAX_TAPS 27 /* nonzero taps of k: a 3 x 3 x 3 box */

@@ -263,12 +263,6 @@ tb2d_launch(cs_cuda_ctx *ctx, tb2d_params *p)
     return cs_cuda_check_launch(ctx, "tb2d_kernel");
 }
 
-size_t
-cs_cuda_tb2d_smem_bytes(void)
-{
-    return TB_SMEM;
-}
-
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval)
