@@ -131,53 +131,28 @@ def compose(w, depth):
     return out
 
 
-def _is_plus(w):
-    c = w.shape[-1] // 2
-    mask = np.zeros(w.shape, dtype=bool)
-    mask[c, :] = True
-    mask[:, c] = True
-    return not np.any(w[~mask])
-
-
-def _is_rank1(w):
-    """An outer product col x row, each weight within 4 ulp (plan.c's
-    cs_outer_factors): factors from the largest weight's row and column."""
-    i, j = np.unravel_index(np.argmax(np.abs(w)), w.shape)
-    if w[i, j] == 0:
-        return False
-    approx = np.outer(w[:, j] / w[i, j], w[i, :])
-    tol = 4 * np.spacing(np.abs(w)) + (w == 0) * 0.0
-    return bool(np.all(np.abs(approx - w) <= tol)
-                and np.all((approx == 0) == (w == 0)))
-
-
-def _is_diamond(w):
-    k = w.shape[0]
-    r = (k - 1) // 2
-    idx = np.indices(w.shape) - r
-    outside = np.abs(idx).sum(axis=0) > r
-    return not np.any(w[outside])
+def kernel_taps(w):
+    """The engine's own tap-set tests of w (csrc/plan.c, host_device.h,
+    through _core.kernel_taps): cc2d, cc3d, plus, outer."""
+    return _core.kernel_taps(np.ascontiguousarray(w, dtype=np.float64))
 
 
 def cc_taps(w):
     """(kernel, tap set, multiply-adds per output) of the CUDA-core kernel
     that runs one step of w (plan.c: cs_cc2d_taps, cs_cc3d_taps)."""
     k = w.shape[-1]
-    square = all(s == k for s in w.shape) and k in (3, 5, 7)
-    if w.ndim == 2 and square:
-        if _is_plus(w):
-            return "cc2d", "plus", 2 * k - 1
-        if _is_rank1(w):
-            # each thread: 8 rows x 2 columns; a row sum per input row and
-            # output column, then a column sum (cc2d.cu): 19 for 7 x 7
-            return "cc2d", "rank1", (8 + k - 1) * k / 8.0 + k
-        return "cc2d", "box", k * k
-    if w.ndim == 3 and square:
-        if _is_diamond(w):
-            return "cc3d", "diamond", int(np.count_nonzero(
-                np.abs(np.indices(w.shape) - k // 2).sum(axis=0) <= k // 2))
-        if k != 7:
-            return "cc3d", "box", k ** 3
+    taps = kernel_taps(w)
+    if w.ndim == 2 and taps["cc2d"]:
+        # rank1: each thread 8 rows x 2 columns; a row sum per input row
+        # and output column, then a column sum (cc2d.cu): 19 for 7 x 7
+        macs = {"plus": 2 * k - 1, "rank1": (8 + k - 1) * k / 8.0 + k,
+                "box": k * k}[taps["cc2d"]]
+        return "cc2d", taps["cc2d"], macs
+    if w.ndim == 3 and taps["cc3d"] == "diamond":
+        return "cc3d", "diamond", int(np.count_nonzero(
+            np.abs(np.indices(w.shape) - k // 2).sum(axis=0) <= k // 2))
+    if w.ndim == 3 and taps["cc3d"] == "box":
+        return "cc3d", "box", k ** 3
     return "cudacore", "generic", int(np.count_nonzero(w)) or 1
 
 
@@ -241,7 +216,7 @@ def _tb2d_pass(w, shape, depth, rates):
     cells = sum((TB2D_W - 2 * t) * (TB2D_ROWS - 2 * t)
                 for t in range(1, depth + 1))
     redundancy = cells / float(depth * own)
-    macs = 5 if _is_plus(w.reshape(3, 3)) else 9
+    macs = 5 if kernel_taps(w.reshape(3, 3))["plus"] else 9
     useful = 2.0 * np.count_nonzero(w) * depth
     executed = 2.0 * macs * depth * redundancy
     bytes_ = 8.0 * TB2D_W * TB2D_ROWS / own + 8.0
@@ -494,7 +469,8 @@ class _CpuEngine:
         kx = w.shape[-1]
         rows = w.reshape(-1, kx)
         sep_max = 7 if _vecs() == 8 else 3
-        if (3 <= kx <= sep_max and rows.shape[0] > 1 and _is_rank1(rows)
+        if (3 <= kx <= sep_max and rows.shape[0] > 1
+                and kernel_taps(w)["outer"]
                 and np.all(rows[np.argmax(np.abs(rows).max(axis=1))] != 0)):
             nrows = np.count_nonzero(np.abs(rows).sum(axis=1))
             sep = nrows * (_vecs() + kx - 1.0) / _vecs() + kx

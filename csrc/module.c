@@ -681,6 +681,7 @@ static PyMethodDef core_methods[] = {
      "dlpack_export(data, device_id, shape, owner) -> DLPack capsule"},
     {"plan", (PyCFunction)(void (*)(void))cs_py_plan,
      METH_VARARGS | METH_KEYWORDS, cs_py_plan_doc},
+    {"kernel_taps", cs_py_kernel_taps, METH_O, cs_py_kernel_taps_doc},
     {"cuda_info", cuda_info, METH_NOARGS, cuda_info_doc},
     {"cuda_mem_info", cuda_mem_info, METH_NOARGS, cuda_mem_info_doc},
     {NULL, NULL, 0, NULL}

@@ -60,7 +60,8 @@ parse_shape(PyObject *obj, ptrdiff_t shape[3], int *ndim)
     return 0;
 }
 
-/* The weights buffer as a kernel (owned copy); -1 on error. */
+/* The weights buffer as a kernel (owned copy) of `ndim` axes (0: the
+   buffer's own, 1 to 3); -1 on error. */
 static int
 parse_weights(PyObject *obj, int ndim, cs_kernel *k)
 {
@@ -71,6 +72,9 @@ parse_weights(PyObject *obj, int ndim, cs_kernel *k)
     }
     int rc = -1;
     ptrdiff_t size[3];
+    if (ndim == 0 && view.ndim >= 1 && view.ndim <= 3) {
+        ndim = view.ndim;
+    }
     if (view.format == NULL || strcmp(view.format, "d") != 0
         || view.ndim != ndim) {
         PyErr_Format(PyExc_ValueError,
@@ -188,4 +192,65 @@ cs_py_plan_add_constants(PyObject *module)
         return -1;
     }
     return 0;
+}
+
+const char cs_py_kernel_taps_doc[] =
+    "kernel_taps(weights) -> dict\n"
+    "\n"
+    "The tap-set tests of plan.c and host_device.h for `weights` (a\n"
+    "float64 C-contiguous array of 1 to 3 axes): `cc2d` and `cc3d`, the\n"
+    "tap set those kernels would run it as (\"box\", \"plus\", \"rank1\",\n"
+    "\"diamond\"; None where they do not run it); `plus`, whether a square\n"
+    "planar kernel has weights on its centre row and column only; `outer`,\n"
+    "whether the kernel as rows (every axis but the last) by columns (the\n"
+    "last) is an outer product within 4 ulp.  The performance model reads\n"
+    "these rather than testing the weights again.";
+
+static PyObject *
+name_or_none(const char *name)
+{
+    if (name == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(name);
+}
+
+PyObject *
+cs_py_kernel_taps(PyObject *self, PyObject *weights)
+{
+    (void)self;
+    cs_kernel k = {0};
+    if (parse_weights(weights, 0, &k) < 0) {
+        return NULL;
+    }
+    const int size[3] = {(int)k.size[0], (int)k.size[1], (int)k.size[2]};
+    const int c2 = cs_cc2d_taps(size, k.weights);
+    const int c3 = cs_cc3d_taps(size, k.weights);
+    const int plus =
+        size[0] == 1 && size[1] == size[2] && cs_taps_plus(size[2], k.weights);
+    const ptrdiff_t count = cs_kernel_count(&k);
+    const int rows = (int)(count / k.size[2]), cols = size[2];
+    double *scratch = (double *)PyMem_Malloc(
+        (size_t)(rows + cols) * sizeof(double));
+    if (scratch == NULL) {
+        cs_kernel_free(&k);
+        return PyErr_NoMemory();
+    }
+    const int outer =
+        cs_outer_factors(rows, cols, k.weights, scratch, scratch + rows);
+    PyMem_Free(scratch);
+    cs_kernel_free(&k);
+    static const char *const cc2d_names[] = {"box", "plus", "rank1"};
+    static const char *const cc3d_names[] = {"box", "diamond"};
+    PyObject *n2 = name_or_none(c2 >= 0 ? cc2d_names[c2] : NULL);
+    PyObject *n3 = name_or_none(c3 >= 0 ? cc3d_names[c3] : NULL);
+    PyObject *d = NULL;
+    if (n2 != NULL && n3 != NULL) {
+        d = Py_BuildValue("{s:O,s:O,s:O,s:O}", "cc2d", n2, "cc3d", n3,
+                          "plus", plus ? Py_True : Py_False, "outer",
+                          outer ? Py_True : Py_False);
+    }
+    Py_XDECREF(n2);
+    Py_XDECREF(n3);
+    return d;
 }

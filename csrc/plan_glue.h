@@ -13,6 +13,11 @@ extern const char cs_py_plan_doc[];
 PyObject *
 cs_py_plan(PyObject *self, PyObject *args, PyObject *kwargs);
 
+extern const char cs_py_kernel_taps_doc[];
+
+PyObject *
+cs_py_kernel_taps(PyObject *self, PyObject *weights);
+
 /* The planner's limits as module constants (TC_MAX_SIDE, ...); -1 on
    failure with an exception set. */
 int

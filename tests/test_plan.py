@@ -280,3 +280,30 @@ def test_tb2d_on_cuda_cores(name, steps):
     for small in [(15, 100), (100, 15)]:
         p = _core.plan(small, w, MODE["wrap"], steps, CC)
         assert p["pass"] == "none" and p["unfused_steps"] == steps
+
+
+def test_kernel_taps_of_the_presets():
+    """The tap sets the CUDA-core kernels take, from the engine's own
+    tests (the performance model reads these)."""
+    want = {"heat2d": ("plus", None, True, False),
+            "box2d9p": ("rank1", None, False, True),
+            "star2d13p": ("plus", None, True, False),
+            "box2d49p": ("rank1", None, False, True),
+            "heat3d": (None, "diamond", False, False),
+            "box3d27p": (None, "box", False, True)}
+    for name, (cc2d, cc3d, plus, outer) in want.items():
+        t = _core.kernel_taps(preset_weights(name))
+        assert (t["cc2d"], t["cc3d"], t["plus"], t["outer"]) \
+            == (cc2d, cc3d, plus, outer), (name, t)
+
+
+def test_kernel_taps_rank_one_within_4_ulp():
+    w = preset_weights("box2d49p").copy()
+    assert _core.kernel_taps(w)["cc2d"] == "rank1"
+    w[0, 0] *= 1 + 1e-9  # off rank one by far more than rounding
+    assert _core.kernel_taps(w)["cc2d"] == "box"
+    assert not _core.kernel_taps(w)["outer"]
+    with pytest.raises(ValueError, match="odd"):
+        _core.kernel_taps(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="float64"):
+        _core.kernel_taps(np.ones((3, 3), np.float32))
