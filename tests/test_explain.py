@@ -216,7 +216,14 @@ def test_model_against_committed_h100_figures(name, record):
     backend = _SYSTEMS[record["system"]]
     # the depth that ran (3D paths: one step per pass on both paths)
     depth = 1 if name == "h100_3d_paths" else record.get("fused_depth") or 0
-    e = cs.explain(tuple(record["shape"]), weights=_kernel(record),
+    w = _kernel(record)
+    if (backend == "cuda-core" and w.shape == (3, 3) and depth == 1
+            and record["steps"] > 1):
+        # a run before tb2d (cc2d, one step per launch): the plan now runs
+        # these kernels temporally blocked, which forcing depth 1 would
+        # model instead of what ran (h100_2d_tb2d measures tb2d)
+        pytest.skip("measured cc2d, which the plan no longer runs")
+    e = cs.explain(tuple(record["shape"]), weights=w,
                    steps=record["steps"], mode=record.get("mode",
                                                           "constant"),
                    backend=backend, max_depth=depth)

@@ -85,9 +85,8 @@ def planned(weights, steps, shape, mode, path, max_depth=None):
                       cc_major=9, max_depth=int(max_depth or 0))
 
 
-def expected_depth(weights, steps, shape, mode, max_depth=None, max_side=7):
-    """The fusion depth of the tensor-core path (`max_side` is the plan's
-    business: kept for the callers that name it)."""
+def expected_depth(weights, steps, shape, mode, max_depth=None):
+    """The fusion depth of the tensor-core path."""
     return planned(weights, steps, shape, mode, _core.PATH_TENSOR_CORE,
                    max_depth)["fused_depth"]
 
@@ -123,7 +122,7 @@ def test_presets_every_path(name, shape, mode, cval, rng):
                             rng)
 
 
-def check_preset_every_step(name, grid, mode, cval, rng, max_side=7):
+def check_preset_every_step(name, grid, mode, cval, rng):
     """A preset on every GPU path for each of STEPS: the values against
     the CPU engine, the path each backend took, and the tensor-core
     path's fusion plan."""
@@ -139,7 +138,7 @@ def check_preset_every_step(name, grid, mode, cval, rng, max_side=7):
         assert infos["cuda"]["path"] == auto_path(w)
         assert cc["path"] == "cuda-core"
         assert tc["fused_depth"] == expected_depth(
-            w, steps, grid.shape, mode, max_side=max_side), tc
+            w, steps, grid.shape, mode), tc
         assert cc["fused_depth"] == expected_cuda_core_depth(
             w, steps, grid.shape, mode), cc
         for info in (tc, cc):

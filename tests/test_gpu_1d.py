@@ -23,17 +23,16 @@ SIZES_1D = (1, 2, 7, 129, 4096, 4098, 12289)
 
 
 def expected_depth(weights, steps, n, mode):
-    """The tensor-core path's fusion depth for a 1D kernel: composed
-    kernels of up to 31 points (tc1d)."""
-    return shared_expected_depth(weights, steps, (n,), mode, max_side=31)
+    """The tensor-core path's fusion depth for a 1D kernel (composed
+    kernels of up to 31 points: tc1d)."""
+    return shared_expected_depth(weights, steps, (n,), mode)
 
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("n", SIZES_1D)
 @pytest.mark.parametrize("name", PRESETS_1D)
 def test_presets_every_path(name, n, mode, cval, rng):
-    check_preset_every_step(name, rng.uniform(-1.0, 1.0, n), mode, cval, rng,
-                            max_side=31)
+    check_preset_every_step(name, rng.uniform(-1.0, 1.0, n), mode, cval, rng)
 
 
 @pytest.mark.parametrize("mode,cval", [("constant", -0.75), ("wrap", 0.0)],
