@@ -188,9 +188,7 @@ def bench_small(cp, ndi, repeat, record):
 
 def markdown(records, prov, steps):
     lines = ["# End-to-end GPU figures (one apply() call)", "",
-             "Device: %s; date %s; commit %s; command `%s`." % (
-                 prov["device"], prov["date"], prov["commit"],
-                 prov["command"]), "",
+             common.provenance_sentence(prov), "",
              "GStencils/s, wall clock of one %d-step call after a warm-up, "
              "median; `bound`: upload + step loop + download at the copy "
              "engine's pinned-memory rates measured on the same size." % steps,

@@ -45,9 +45,7 @@ def measure(cp, name, steps, repeat):
 
 def markdown(meta, rows):
     lines = ["# explain(): predicted against measured step loops", "",
-             "Device: %s; date %s; commit %s; command `%s`." % (
-                 meta["device"], meta["date"], meta["commit"],
-                 meta["command"]), "",
+             common.provenance_sentence(meta), "",
              "Step loop of one 100-step call on a CuPy array (device time,"
              " median of the repeats) against explain()'s prediction; the"
              " goal is a fraction between 0.75 and 1.25.", "",

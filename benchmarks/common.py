@@ -52,6 +52,12 @@ def provenance(device):
             "convstencil": cs.__version__}
 
 
+def provenance_sentence(prov):
+    """The results file's first line: device, date, commit, command."""
+    return "Device: %s; date %s; commit %s; command `%s`." % (
+        prov["device"], prov["date"], prov["commit"], prov["command"])
+
+
 def parse_shape(text):
     """'512x512x512' -> (512, 512, 512)."""
     return tuple(int(v) for v in text.lower().split("x"))
