@@ -666,6 +666,93 @@ cuda_mem_info(PyObject *self, PyObject *noargs)
 #endif
 }
 
+PyDoc_STRVAR(cuda_current_device_doc,
+"cuda_current_device() -> int\n"
+"\n"
+"The calling thread's current CUDA device (where engine calls from it\n"
+"run).  Raises RuntimeError where the CUDA engine cannot run.");
+
+static PyObject *
+cuda_current_device(PyObject *self, PyObject *noargs)
+{
+#ifdef CS_HAVE_CUDA
+    int device = 0;
+    char msg[256] = "";
+    cs_status status = cs_cuda_current_device(&device, msg, sizeof(msg));
+    if (status != CS_OK) {
+        PyErr_Format(PyExc_RuntimeError, "%s", msg);
+        return NULL;
+    }
+    return PyLong_FromLong(device);
+#else
+    PyErr_SetString(PyExc_RuntimeError,
+                    "not built with CUDA: " CS_NO_CUDA_REASON);
+    return NULL;
+#endif
+}
+
+PyDoc_STRVAR(cuda_set_device_doc,
+"cuda_set_device(device)\n"
+"\n"
+"Make visible CUDA device `device` current for the calling thread.\n"
+"ValueError for a device that is not visible; RuntimeError where the\n"
+"CUDA engine cannot run.");
+
+static PyObject *
+cuda_set_device(PyObject *self, PyObject *args)
+{
+    int device = 0;
+    if (!PyArg_ParseTuple(args, "i:cuda_set_device", &device)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    char msg[256] = "";
+    cs_status status = cs_cuda_set_device(device, msg, sizeof(msg));
+    if (status != CS_OK) {
+        PyErr_Format(status == CS_ERR_INVALID ? PyExc_ValueError
+                                              : PyExc_RuntimeError,
+                     "%s", msg);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError,
+                    "not built with CUDA: " CS_NO_CUDA_REASON);
+    return NULL;
+#endif
+}
+
+PyDoc_STRVAR(cuda_stream_synchronize_doc,
+"cuda_stream_synchronize(stream)\n"
+"\n"
+"Wait (without the GIL) for the work queued so far on `stream`, a\n"
+"cudaStream_t as an integer (1: the legacy default stream).");
+
+static PyObject *
+cuda_stream_synchronize(PyObject *self, PyObject *args)
+{
+    unsigned long long stream = 0;
+    if (!PyArg_ParseTuple(args, "K:cuda_stream_synchronize", &stream)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    char msg[256] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_stream_synchronize((uintptr_t)stream, msg, sizeof(msg));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        PyErr_Format(PyExc_RuntimeError, "%s", msg);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError,
+                    "not built with CUDA: " CS_NO_CUDA_REASON);
+    return NULL;
+#endif
+}
+
 static PyMethodDef core_methods[] = {
     {"run", run, METH_VARARGS, run_doc},
     {"run_device", run_device, METH_VARARGS, run_device_doc},
@@ -684,6 +771,11 @@ static PyMethodDef core_methods[] = {
     {"kernel_taps", cs_py_kernel_taps, METH_O, cs_py_kernel_taps_doc},
     {"cuda_info", cuda_info, METH_NOARGS, cuda_info_doc},
     {"cuda_mem_info", cuda_mem_info, METH_NOARGS, cuda_mem_info_doc},
+    {"cuda_current_device", cuda_current_device, METH_NOARGS,
+     cuda_current_device_doc},
+    {"cuda_set_device", cuda_set_device, METH_VARARGS, cuda_set_device_doc},
+    {"cuda_stream_synchronize", cuda_stream_synchronize, METH_VARARGS,
+     cuda_stream_synchronize_doc},
     {NULL, NULL, 0, NULL}
 };
 

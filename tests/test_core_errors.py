@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from convstencil import _core
+from conftest import HAVE_CUDA
 
 CUDA_BUILT = bool(_core.cuda_info()[0])
 N_TRACE_CALLS = 200
@@ -444,6 +445,14 @@ OTHER_CASES = [
     ("cache_info-arg", _core.cache_info, (1,), TypeError, "argument"),
     ("cuda_info-arg", _core.cuda_info, (1,), TypeError, "argument"),
     ("cuda_mem_info-arg", _core.cuda_mem_info, (1,), TypeError, "argument"),
+    ("cuda_current_device-arg", _core.cuda_current_device, (1,), TypeError,
+     "argument"),
+    ("cuda_set_device-str", _core.cuda_set_device, ("0",), TypeError,
+     "integer"),
+    ("cuda_set_device-none", _core.cuda_set_device, (), TypeError,
+     "argument"),
+    ("cuda_stream_synchronize-str", _core.cuda_stream_synchronize, ("1",),
+     TypeError, "int"),
     ("dlpack_info-object", _core.dlpack_info, (object(),), TypeError,
      "dltensor"),
     ("dlpack_export-shape-list", _core.dlpack_export,
@@ -483,3 +492,34 @@ def test_dlpack_export_releases_owner():
     del capsule
     gc.collect()
     assert sys.getrefcount(owner) == refs
+
+
+@pytest.mark.skipif(HAVE_CUDA, reason="checks the answer without a GPU")
+@pytest.mark.parametrize("func, args", [
+    (_core.cuda_current_device, ()), (_core.cuda_set_device, (0,)),
+    (_core.cuda_stream_synchronize, (1,))], ids=["current", "set", "sync"])
+def test_device_calls_without_a_usable_gpu(func, args):
+    """No GPU (or no CUDA in the build): a RuntimeError that says so."""
+    with pytest.raises(RuntimeError, match="CUDA"):
+        func(*args)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a GPU")
+def test_device_selection():
+    """The current device can be read and set again; a device index past
+    the visible ones is a ValueError naming the range; the legacy stream
+    can be waited for."""
+    count = _core.cuda_info()[1]
+    before = _core.cuda_current_device()
+    assert 0 <= before < count
+    try:
+        for device in range(count):
+            _core.cuda_set_device(device)
+            assert _core.cuda_current_device() == device
+        for bad in (count, -1):
+            with pytest.raises(ValueError, match="0 to %d" % (count - 1)):
+                _core.cuda_set_device(bad)
+        _core.cuda_stream_synchronize(1)
+    finally:
+        _core.cuda_set_device(before)

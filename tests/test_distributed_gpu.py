@@ -7,9 +7,16 @@ already brought it):
     mpiexec -n 1 python -m pytest tests/test_distributed_gpu.py -q -p no:cacheprovider
     mpiexec -n 2 python -m pytest tests/test_distributed_gpu.py -q -p no:cacheprovider
 
-One rank exchanges with itself (wrap) through NCCL; two ranks share the
-GPU, where NCCL refuses, and go through host staging.  Results are
-compared with the CPU engine on the whole grid.
+One rank exchanges with itself (wrap) through NCCL.  On a host with
+several GPUs the ranks take one each (rank i on GPU i) and exchange
+through NCCL; where they share a GPU, NCCL refuses and they go through
+host staging.  Results are compared with the CPU engine and with the
+single-GPU run on the whole grid (within the tolerance of the tensor-core
+paths: a distributed run fuses its rounds of k steps, a whole-grid run
+its own depth, so their roundings differ).  A multi-GPU machine (NVLink
+multicast off, as NCCL_NVLS_ENABLE=0 asks):
+
+    NCCL_NVLS_ENABLE=0 mpiexec -n 2 python -m pytest tests/test_distributed_gpu.py -q -p no:cacheprovider
 """
 import numpy as np
 import pytest
@@ -67,6 +74,86 @@ def test_device_blocks_equal_cpu(comm, shared_rng, preset, shape, mode,
                        backend="cpu")
         assert_close(out, ref, dict(preset=preset, mode=mode,
                                     transport=info["transport"]))
+
+
+PRESETS = ["heat1d", "1d5p", "heat2d", "box2d9p", "star2d13p", "box2d49p",
+           "heat3d", "box3d27p"]
+MODES = ["constant", "wrap", "nearest", "reflect", "mirror"]
+# odd extents, several tensor-core tiles per block on 2 to 8 ranks
+SHAPES = {1: (8191,), 2: (203, 157), 3: (37, 29, 34)}
+
+
+def _gpus_per_rank(comm):
+    """(this rank's index on its host, the host's ranks, visible GPUs)."""
+    from convstencil.distributed import _gpus
+    rank, size = _gpus.host_rank(comm)
+    return rank, size, cs._core.cuda_info()[1]
+
+
+def test_one_gpu_per_rank(comm, shared_rng):
+    """Ranks take the host's GPUs in turn: rank i on GPU i when there are
+    enough, each GPU current on its rank, and NCCL between them."""
+    rank, size, count = _gpus_per_rank(comm)
+    u = shared_rng.random((64, 48))
+    out, d1 = _run(comm, u, "heat2d", "wrap", 5, halo_steps=2)
+    assert d1.device == rank % count == cs._core.cuda_current_device()
+    assert d1.info["device"] == d1.device
+    assert "device %d" % d1.device in repr(d1)
+    devices = comm.allgather(d1.device)
+    if size <= count:
+        assert len(set(devices)) == len(devices), devices
+        if _nccl_loadable(comm) and comm.Get_size() > 1:
+            assert d1.info["transport"] == "nccl"
+    if comm.Get_rank() == 0:
+        assert_close(out, cs.apply(u, "heat2d", steps=5, mode="wrap",
+                                   backend="cpu"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_and_mode_equals_one_gpu(comm, shared_rng, preset,
+                                              mode):
+    """Blocks on the ranks' GPUs give the single-GPU run's grid (and the
+    CPU engine's) for every preset and mode, at the depth the cost model
+    picks and at a shallow one."""
+    ndim = cs.Stencil(preset).weights.ndim
+    u = shared_rng.uniform(-1, 1, SHAPES[ndim])
+    steps = 13
+    results = []
+    for halo_steps in (None, 2):
+        out, d1 = _run(comm, u, preset, mode, steps, halo_steps=halo_steps)
+        assert d1.info["backend"] == "cuda"
+        results.append((out, d1.info))
+    if comm.Get_rank() != 0:
+        return
+    one_gpu = cs.apply(u, preset, steps=steps, mode=mode, cval=0.25,
+                       backend="cuda")
+    ref = cs.apply(u, preset, steps=steps, mode=mode, cval=0.25,
+                   backend="cpu")
+    for out, info in results:
+        ctx = dict(preset=preset, mode=mode, transport=info["transport"],
+                   halo_steps=info["halo_steps"], ranks=info["ranks"])
+        assert_close(out, one_gpu, dict(ctx, against="one GPU"))
+        assert_close(out, ref, dict(ctx, against="cpu"))
+
+
+def test_device_argument(comm, shared_rng):
+    """device= puts this rank's block on that GPU; a GPU that is not
+    visible is a ValueError on every rank."""
+    rank, _, count = _gpus_per_rank(comm)
+    csd = _csd()
+    u = shared_rng.random((40, 36))
+    want = (rank + 1) % count
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    backend="cuda", device=want)
+    assert d.device == want and cs._core.cuda_current_device() == want
+    out = csd.gather(csd.apply(d, "box2d9p", steps=4, mode="reflect"))
+    if comm.Get_rank() == 0:
+        assert_close(out, cs.apply(u, "box2d9p", steps=4, mode="reflect",
+                                   backend="cpu"))
+    with pytest.raises(ValueError, match="not visible"):
+        csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    backend="cuda", device=count)
 
 
 def test_one_rank_self_exchange_through_nccl(comm, shared_rng):

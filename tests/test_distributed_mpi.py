@@ -257,6 +257,26 @@ def test_bad_arguments(comm):
         csd.gather(d, root=comm.Get_size())
 
 
+def test_device_argument_for_host_blocks(comm):
+    """device= names a GPU: refused for host blocks, on every rank; a
+    wrong type or a negative index is refused before anything moves."""
+    csd = _csd()
+    u = np.ones((8, 8)) if comm.Get_rank() == 0 else None
+    with pytest.raises(ValueError, match="blocks are in host memory"):
+        csd.scatter(u, comm=comm, backend="cpu", device=0)
+    with pytest.raises(TypeError, match="device must be None or a GPU"):
+        csd.scatter(u, comm=comm, backend="cpu", device="0")
+    with pytest.raises(ValueError, match=">= 0"):
+        csd.scatter(u, comm=comm, backend="cpu", device=-1)
+    where = csd.local_slices((8, 8), comm)
+    with pytest.raises(ValueError, match="blocks are in host memory"):
+        csd.from_local(np.ones((8, 8))[where], comm=comm, backend="cpu",
+                       device=1)
+    d = csd.scatter(u, comm=comm, backend="cpu")
+    assert d.device is None and "numpy" in repr(d)
+    assert csd.info(csd.apply(d, "heat2d", steps=1))["device"] is None
+
+
 def test_info_reports_exchange(comm, shared_rng):
     csd = _csd()
     u = shared_rng.random((40, 40))

@@ -251,11 +251,13 @@ def test_cost_model_overlap_costs_without_exchange(monkeypatch):
     assert over > plain
 
 
-def test_nccl_messages_match_in_order():
+def test_nccl_messages_match_in_order(monkeypatch):
     """NCCL has no tags: between two ranks the i-th send must meet the
     i-th receive of the same direction, also when one rank is both
     neighbours (2 ranks, wrap) or its own (1 rank)."""
-    from convstencil.distributed._transport import NCCL
+    from convstencil.distributed import _transport
+    monkeypatch.setattr(_transport._core, "cuda_stream_synchronize",
+                        lambda stream: None)
     for dims in [(2, 1), (1, 1), (2, 2)]:
         size = int(np.prod(dims))
         queues = {}
@@ -263,17 +265,17 @@ def test_nccl_messages_match_in_order():
             d = _grid((12, 12), dims, rank)
             plan, _ = _plan.make_plan(d, (3, 3), "wrap", 4, 2, 5,
                                      self_exchange=True)
-            t = NCCL.__new__(NCCL)
-            t.plan = plan
-            t.buffers = [[(types.SimpleNamespace(ptr=("send", rank, a, s.send_tag), size=1),
-                           types.SimpleNamespace(ptr=("recv", rank, a, s.recv_tag), size=1))
-                          for s in sides] for a, sides in enumerate(plan.axes)]
+            t = _transport.NCCL.__new__(_transport.NCCL)
             for axis in range(2):
+                messages = [_transport.Message(
+                    s, ("send", rank, axis, s.send_tag),
+                    ("recv", rank, axis, s.recv_tag), 1)
+                    for s in plan.axes[axis]]
                 log = {}
                 t.nccl = types.SimpleNamespace(
                     exchange=lambda sends, recvs, log=log: log.update(
                         sends=sends, recvs=recvs))
-                t.move(axis)
+                t.move(messages)
                 for ptr, _, peer in log["sends"]:
                     queues.setdefault(("s", axis, rank, peer), []).append(
                         ptr[3])
@@ -283,6 +285,23 @@ def test_nccl_messages_match_in_order():
         for (kind, axis, src, dst), tags in queues.items():
             if kind == "s":
                 assert queues[("r", axis, src, dst)] == tags, (dims, axis)
+
+
+def test_slabs_move_in_place_only_where_contiguous():
+    """Axis 0's slabs span whole rows of a C-ordered block: they move
+    without packing; a later axis's only where every axis before it is 1."""
+    from convstencil.distributed._transport import _contiguous_slabs
+    assert _contiguous_slabs((20, 30), 0)
+    assert not _contiguous_slabs((20, 30), 1)
+    assert _contiguous_slabs((1, 30), 1)
+    assert not _contiguous_slabs((4, 5, 6), 2)
+    assert _contiguous_slabs((1, 1, 6), 2)
+    # a slab of axis 0 is one run of memory: the owned rows next to it
+    d = _grid((12, 10), (2, 1), 0)
+    plan, _ = _plan.make_plan(d, (3, 3), "wrap", 4, 2, 5)
+    (lo, hi) = plan.axes[0]
+    starts, sizes = hi.send
+    assert starts[1:] == (0,) and sizes[1:] == plan.padded_shape[1:]
 
 
 def test_nccl_library_search(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _apply, _backends, _memory
-from . import _device_blocks, _partition
+from . import _device_blocks, _gpus, _partition
 from ._agree import agree
 
 _TAG_BLOCK = 7101
@@ -24,11 +24,14 @@ class DistributedGrid:
     (ranks per axis), `coords` (this rank's place), `extents` (per axis,
     the extents of all blocks along it), `offset` and `local_shape` (this
     block in global indices), `local` (the block: NumPy or device
-    array), `on_device`.  Made by scatter(), from_local() and apply().
+    array), `on_device`, `device` (the GPU index holding the block, None
+    for host blocks).  Made by scatter(), from_local() and apply().
     """
 
-    def __init__(self, block, shape, extents, comm, on_device, info=None):
+    def __init__(self, block, shape, extents, comm, on_device, info=None,
+                 device=None):
         self.local = block
+        self.device = device
         self.shape = tuple(shape)
         self.extents = tuple(tuple(e) for e in extents)
         self.comm = comm
@@ -59,7 +62,8 @@ class DistributedGrid:
                 "dims %s: block %s at offset %s, %s float64)"
                 % (self.shape, self.comm.Get_rank(), self.comm.Get_size(),
                    self.coords, self.dims, self.local_shape, self.offset,
-                   "device" if self.on_device else "numpy"))
+                   "device %d" % self.device if self.on_device
+                   else "numpy"))
 
 
 # ---------------------------------------------------------------------------
@@ -128,10 +132,36 @@ def _place(block, on_device):
     return _device_blocks.upload(block) if on_device else block
 
 
+def _gpu_for_blocks(comm, on_device, device, device_input):
+    """The GPU this rank's blocks go to, made current (None for host
+    blocks; collective).  ValueError on every rank where `device` is
+    given for host blocks or is not a visible GPU."""
+    if not on_device:
+        if device is not None:
+            agree(comm, _refuse_device, device)
+        return None
+    rank_on_host, _ = _gpus.host_rank(comm)
+    return agree(comm, lambda: _gpus.use(_gpus.choose(
+        device, device_input, rank_on_host)))
+
+
+def _refuse_device(device):
+    raise ValueError("device=%d names a GPU, but the blocks are in host "
+                     "memory; use backend='cuda' (or 'auto' where a GPU is "
+                     "usable)" % device)
+
+
+def use_device(d):
+    """Make d's GPU current on this thread (nothing for host blocks)."""
+    if d.on_device and d.device is not None:
+        _gpus.use(d.device)
+
+
 # ---------------------------------------------------------------------------
 # scatter and gather
 
-def scatter(grid, comm=None, root=0, dims=None, backend="auto"):
+def scatter(grid, comm=None, root=0, dims=None, backend="auto",
+            device=None):
     """Split `grid` (given on `root`; other ranks pass None) into one
     block per rank of `comm` (default MPI.COMM_WORLD).
 
@@ -139,7 +169,10 @@ def scatter(grid, comm=None, root=0, dims=None, backend="auto"):
     0 are filled in).  Blocks differ by at most one cell along an axis.
     `backend`: "auto" puts the blocks on the GPU when one is usable (or
     the grid is a GPU array), "cpu" in host memory, "cuda" on the GPU.
-    Every rank must call it; an error on any rank is raised on all.
+    `device`: the GPU of this rank's block; None gives the ranks of one
+    host its GPUs in turn (rank i on a host with n GPUs takes GPU i % n)
+    and makes it current.  Every rank must call it; an error on any rank
+    is raised on all.
 
     >>> d = csd.scatter(u if comm.rank == 0 else None, comm=comm)
     """
@@ -160,14 +193,17 @@ def scatter(grid, comm=None, root=0, dims=None, backend="auto"):
     def plan():
         d = _partition.resolve_dims(dims, comm.Get_size(), len(shape),
                                     MPI.Compute_dims)
-        return d, _partition.split(shape, d), _on_device(backend,
-                                                         device_input)
+        return (d, _partition.split(shape, d),
+                _on_device(backend, device_input), _gpus.check_device(device))
 
-    dims_, extents, on_device = agree(comm, plan)
+    dims_, extents, on_device, gpu = agree(comm, plan)
+    # the root read a device grid on its current device: choose after
+    gpu = _gpu_for_blocks(comm, on_device, gpu, False)
     cart = _cartesian(comm, dims_)
     block = _send_blocks(cart, full, extents, root)
     block = agree(comm, _place, block, on_device)
-    return DistributedGrid(block, shape, extents, cart, on_device)
+    return DistributedGrid(block, shape, extents, cart, on_device,
+                           device=gpu)
 
 
 def _send_blocks(cart, full, extents, root):
@@ -197,6 +233,7 @@ def _check_grid(d, what="d"):
 def host_block(d):
     """This rank's block as a C-contiguous NumPy array."""
     if d.on_device:
+        use_device(d)
         return _device_blocks.download(d.local)
     return np.ascontiguousarray(d.local)
 
@@ -282,14 +319,17 @@ def _extents_from(shapes, dims):
     return tuple(extents)
 
 
-def from_local(block, comm=None, dims=None, backend="auto"):
+def from_local(block, comm=None, dims=None, backend="auto", device=None):
     """A DistributedGrid from the block each rank holds (the grid need
     never exist on one rank).  Ranks are laid out row-major over `dims`
     (default as MPI.Compute_dims gives); blocks at the same coordinate
     of an axis must have the same extent along it (local_slices() gives
     scatter's layout).  The block is copied; it stays on the GPU if it is
-    a GPU array, and goes there if `backend` asks for it."""
+    a GPU array (on its device, which must be current; `device` may only
+    name that one), and goes there if `backend` asks for it (to `device`,
+    or as scatter chooses)."""
     comm = _check_comm(comm)
+    device = agree(comm, _gpus.check_device, device)
     local, device_input = agree(comm, _local_block, block)
     shapes = comm.allgather(local.shape)
 
@@ -300,10 +340,12 @@ def from_local(block, comm=None, dims=None, backend="auto"):
                                                        device_input)
 
     dims_, extents, on_device = agree(comm, plan)
+    gpu = _gpu_for_blocks(comm, on_device, device, device_input)
     if on_device and not device_input:
         local = agree(comm, _place, local, True)
     elif device_input and not on_device:  # pragma: no cover - refused above
         local = _device_blocks.download(local)
     cart = _cartesian(comm, dims_)
     shape = tuple(sum(e) for e in extents)
-    return DistributedGrid(local, shape, extents, cart, on_device)
+    return DistributedGrid(local, shape, extents, cart, on_device,
+                           device=gpu)

@@ -19,7 +19,7 @@ from .. import apply as _engine_apply
 from .. import last_run_info as _engine_info
 from . import _device_blocks, _overlap, _plan, _transport
 from ._agree import agree, check
-from ._grid import DistributedGrid, _check_grid
+from ._grid import DistributedGrid, _check_grid, use_device
 
 _last_info = {}
 
@@ -114,6 +114,7 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     """
     _check_grid(d)
     comm = d.comm
+    agree(comm, use_device, d)
     args = agree(comm, _resolve, d, stencil, weights, steps, mode, cval,
                  backend, transport)
     self_exchange = bool(self_exchange)
@@ -124,17 +125,19 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     plan, k = agree(comm, _plan.make_plan, d, w.shape, mode, steps,
                     halo_steps, taps, self_exchange, overlap)
     pads = agree(comm, _padded, d, plan)
-    link = _transport.open_transport(transport, comm, plan, d.on_device)
+    link = _transport.open_transport(transport, comm, plan, d.on_device,
+                                     d.device)
     try:
         record = _run(d, pads, plan, k, link, w, steps, mode, cval, name)
     finally:
         link.close()
+    record["device"] = d.device
     global _last_info
     _last_info = record
     return DistributedGrid(_owned(pads[record.pop("_final")], plan,
                                   d.on_device),
                            d.shape, d.extents, comm, d.on_device,
-                           dict(record))
+                           dict(record), device=d.device)
 
 
 def _padded(d, plan):

@@ -2,11 +2,13 @@
 
 - "mpi": host blocks; MPI subarray datatypes read and write the padded
   block in place (no packing in Python).
-- device blocks: slabs packed into contiguous device buffers (kept for
-  the run, so device memory stays steady), then moved by "nccl"
-  (ncclSend/ncclRecv), "cuda-mpi" (MPI on device pointers, where
-  MPIX_Query_cuda_support says yes) or "staging" (through host memory
-  and MPI), and unpacked.
+- device blocks: slabs that are contiguous in the padded block (those
+  of axis 0) move as they are; the others are packed into contiguous
+  device buffers (kept for the run, so device memory stays steady) and
+  unpacked after.  They move by "nccl" (ncclSend/ncclRecv), "cuda-mpi"
+  (MPI on device pointers, where MPIX_Query_cuda_support says yes) or
+  "staging" (through host memory and MPI).  An exchange returns when its
+  ghosts have arrived.
 
 Axes go one after another: an axis's slabs span the ghosts filled along
 earlier axes, which fills edges and corners without diagonal messages.
@@ -23,6 +25,7 @@ from . import _device_blocks, _nccl
 from ._agree import agree
 
 HOST_TRANSPORTS = ("mpi",)
+LEGACY_STREAM = 1  # cudaStreamLegacy, as the CUDA Array Interface names it
 DEVICE_TRANSPORTS = ("nccl", "cuda-mpi", "staging")
 
 
@@ -97,30 +100,65 @@ class HostMPI:
         self._types.clear()
 
 
+class Message:
+    """One side's slab as a move sees it: `count` float64 values read at
+    `send` and written at `recv` (device pointers) to and from `side`'s
+    peer."""
+
+    __slots__ = ("side", "send", "recv", "count")
+
+    def __init__(self, side, send, recv, count):
+        self.side = side
+        self.send = send
+        self.recv = recv
+        self.count = count
+
+
+def _contiguous_slabs(padded_shape, axis):
+    """Whether the slabs of `axis` (whole along every other axis) are
+    contiguous in a C-ordered padded block: every axis before it is 1."""
+    return all(n == 1 for n in padded_shape[:axis])
+
+
 class _DeviceTransport:
-    """Device blocks: pack, move (by the subclass), unpack."""
+    """Device blocks: pack where needed, move (by the subclass), unpack."""
 
     def __init__(self, comm, plan):
         self.comm = comm
         self.plan = plan
-        # one send and one receive buffer per side, for the whole run
-        self.buffers = [[(_device.DeviceArray(s.send[1]),
-                          _device.DeviceArray(s.recv[1]))
-                         for s in sides] for sides in plan.axes]
+        # a send and a receive buffer per side whose slabs need packing,
+        # for the whole run (None: the slab moves in place)
+        self.buffers = [
+            [None if _contiguous_slabs(plan.padded_shape, axis)
+             else (_device.DeviceArray(s.send[1]),
+                   _device.DeviceArray(s.recv[1])) for s in sides]
+            for axis, sides in enumerate(plan.axes)]
 
     def exchange(self, padded):
         for axis, (sides, buffers) in enumerate(zip(self.plan.axes,
                                                     self.buffers)):
             if not sides:
                 continue
-            for s, (send, _) in zip(sides, buffers):
-                _device_blocks.copy(_device_blocks.region(padded, *s.send),
-                                    send)
-            self.move(axis)
-            for s, (_, recv) in zip(sides, buffers):
-                # the receive was queued on the legacy default stream
-                _device_blocks.copy(_device_blocks.whole(recv, stream=1),
-                                    _device_blocks.region(padded, *s.recv))
+            messages = [self._pack(padded, s, b)
+                        for s, b in zip(sides, buffers)]
+            self.move(messages)
+            for s, b in zip(sides, buffers):
+                if b is not None:
+                    # the receive was ordered on the legacy default stream
+                    _device_blocks.copy(
+                        _device_blocks.whole(b[1], stream=1),
+                        _device_blocks.region(padded, *s.recv))
+
+    @staticmethod
+    def _pack(padded, side, buffers):
+        count = int(np.prod(side.send[1], dtype=np.int64))
+        if buffers is None:
+            return Message(side, _device_blocks.region(padded, *side.send).ptr,
+                           _device_blocks.region(padded, *side.recv).ptr,
+                           count)
+        send, recv = buffers
+        _device_blocks.copy(_device_blocks.region(padded, *side.send), send)
+        return Message(side, send.ptr, recv.ptr, count)
 
     def close(self):
         self.buffers = []
@@ -133,21 +171,29 @@ class Staging(_DeviceTransport):
 
     def __init__(self, comm, plan):
         super().__init__(comm, plan)
-        self.host = [[(np.empty(send.shape), np.empty(recv.shape))
-                      for send, recv in buffers] for buffers in self.buffers]
+        self._host = {}  # count -> (send, receive) host buffers per side
 
-    def move(self, axis):
-        sides, buffers, host = (self.plan.axes[axis], self.buffers[axis],
-                                self.host[axis])
-        for (send, _), (hsend, _) in zip(buffers, host):
-            _core.to_host(hsend, send.ptr)
-        requests = [self.comm.Irecv(hrecv, source=s.peer, tag=s.recv_tag)
-                    for s, (_, hrecv) in zip(sides, host)]
-        requests += [self.comm.Isend(hsend, dest=s.peer, tag=s.send_tag)
-                     for s, (hsend, _) in zip(sides, host)]
+    def _host_buffers(self, index, count):
+        found = self._host.get((index, count))
+        if found is None:
+            found = (np.empty(count), np.empty(count))
+            self._host[(index, count)] = found
+        return found
+
+    def move(self, messages):
+        host = [self._host_buffers(i, m.count)
+                for i, m in enumerate(messages)]
+        for m, (hsend, _) in zip(messages, host):
+            _core.to_host(hsend, m.send)
+        requests = [self.comm.Irecv(hrecv, source=m.side.peer,
+                                    tag=m.side.recv_tag)
+                    for m, (_, hrecv) in zip(messages, host)]
+        requests += [self.comm.Isend(hsend, dest=m.side.peer,
+                                     tag=m.side.send_tag)
+                     for m, (hsend, _) in zip(messages, host)]
         MPI.Request.Waitall(requests)
-        for (_, recv), (_, hrecv) in zip(buffers, host):
-            _core.to_device(recv.ptr, hrecv)
+        for m, (_, hrecv) in zip(messages, host):
+            _core.to_device(m.recv, hrecv)
 
 
 class CudaMPI(_DeviceTransport):
@@ -155,14 +201,17 @@ class CudaMPI(_DeviceTransport):
 
     name = "cuda-mpi"
 
-    def move(self, axis):
-        sides, buffers = self.plan.axes[axis], self.buffers[axis]
-        requests = [self.comm.Irecv([recv, MPI.DOUBLE], source=s.peer,
-                                    tag=s.recv_tag)
-                    for s, (_, recv) in zip(sides, buffers)]
-        requests += [self.comm.Isend([send, MPI.DOUBLE], dest=s.peer,
-                                     tag=s.send_tag)
-                     for s, (send, _) in zip(sides, buffers)]
+    def move(self, messages):
+        def view(ptr, count):  # MPI reads device memory through the CAI
+            return [_device_blocks.StridedView(None, ptr, (count,), (8,)),
+                    MPI.DOUBLE]
+
+        requests = [self.comm.Irecv(view(m.recv, m.count),
+                                    source=m.side.peer, tag=m.side.recv_tag)
+                    for m in messages]
+        requests += [self.comm.Isend(view(m.send, m.count),
+                                     dest=m.side.peer, tag=m.side.send_tag)
+                     for m in messages]
         MPI.Request.Waitall(requests)
 
 
@@ -175,22 +224,25 @@ class NCCL(_DeviceTransport):
         super().__init__(comm, plan)
         self.nccl = nccl_comm
 
-    def move(self, axis):
+    def move(self, messages):
         # NCCL has no tags: messages between two ranks match in the order
         # they are posted, so both ends order them by direction (a rank
         # can be both neighbours along an axis, or its own)
-        pairs = list(zip(self.plan.axes[axis], self.buffers[axis]))
-        sends = sorted(pairs, key=lambda p: p[0].send_tag)
-        recvs = sorted(pairs, key=lambda p: p[0].recv_tag)
-        self.nccl.exchange(
-            [(send.ptr, send.size, s.peer) for s, (send, _) in sends],
-            [(recv.ptr, recv.size, s.peer) for s, (_, recv) in recvs])
+        sends = sorted(messages, key=lambda m: m.side.send_tag)
+        recvs = sorted(messages, key=lambda m: m.side.recv_tag)
+        self.nccl.exchange([(m.send, m.count, m.side.peer) for m in sends],
+                           [(m.recv, m.count, m.side.peer) for m in recvs])
+        # the ghosts are in place when the exchange returns (and its time
+        # is the transfer's, not the next engine call's)
+        _core.cuda_stream_synchronize(LEGACY_STREAM)
 
 
 # ---------------------------------------------------------------------------
 # choosing one
 
-_NCCL_COMMS = {}  # id(cartesian communicator) -> (it, nccl Communicator)
+# (id(cartesian communicator), device) -> (it, nccl Communicator): an
+# NCCL communicator belongs to the device current when it was made
+_NCCL_COMMS = {}
 
 
 def cuda_aware_mpi():
@@ -202,16 +254,17 @@ def cuda_aware_mpi():
         return False
 
 
-def _nccl_comm(comm):
-    """The NCCL communicator over `comm`'s ranks (tried once per
-    communicator, refusals remembered too: a failed initialisation costs
-    seconds and may keep device memory; every rank must call).  None
-    where NCCL is missing or refuses on any rank (e.g. two ranks on one
-    GPU)."""
-    found = _NCCL_COMMS.get(id(comm))
+def _nccl_comm(comm, device):
+    """The NCCL communicator over `comm`'s ranks on `device` (tried once
+    per communicator and device, refusals remembered too: a failed
+    initialisation costs seconds and may keep device memory; every rank
+    must call).  None where NCCL is missing or refuses on any rank (e.g.
+    two ranks on one GPU)."""
+    key = (id(comm), device)
+    found = _NCCL_COMMS.get(key)
     if found is None:
         found = (comm, _make_nccl_comm(comm))
-        _NCCL_COMMS[id(comm)] = found
+        _NCCL_COMMS[key] = found
     return found[1]
 
 
@@ -241,9 +294,9 @@ def _try(fn):
         return None
 
 
-def open_transport(name, comm, plan, on_device):
+def open_transport(name, comm, plan, on_device, device=None):
     """The transport `name` ("auto": the best that works on every rank)
-    for a run; collective."""
+    for a run on `device` (the current GPU); collective."""
     if not on_device:
         return HostMPI(comm, plan)
     if name == "auto" and not any(plan.axes):
@@ -251,7 +304,7 @@ def open_transport(name, comm, plan, on_device):
         # communicator to set up for it
         return agree(comm, Staging, comm, plan)
     if name in ("auto", "nccl"):
-        nccl = _nccl_comm(comm)
+        nccl = _nccl_comm(comm, device)
         if nccl is not None:
             return agree(comm, NCCL, comm, plan, nccl)
         if name == "nccl":

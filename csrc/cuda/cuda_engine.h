@@ -34,6 +34,29 @@ int
 cs_cuda_device_count(char *msg, size_t msg_len);
 
 /*
+ * The calling thread's current CUDA device (cudaGetDevice) in `*device`;
+ * CS_OK, or CS_ERR_NO_DEVICE / CS_ERR_CUDA with the reason in `msg`.
+ */
+cs_status
+cs_cuda_current_device(int *device, char *msg, size_t msg_len);
+
+/*
+ * Makes visible device `device` (0 to count - 1) current for the calling
+ * thread (cudaSetDevice): every later engine call from this thread runs
+ * there.  CS_ERR_INVALID names the visible range for a device out of it.
+ */
+cs_status
+cs_cuda_set_device(int device, char *msg, size_t msg_len);
+
+/*
+ * Waits for the work queued so far on `stream` (a cudaStream_t as an
+ * integer; 1 is the legacy default stream, as in the CUDA Array
+ * Interface): CS_OK, or CS_ERR_CUDA with the reason in `msg`.
+ */
+cs_status
+cs_cuda_stream_synchronize(uintptr_t stream, char *msg, size_t msg_len);
+
+/*
  * cudaMemGetInfo of the current device: CS_OK, or CS_ERR_NO_DEVICE /
  * CS_ERR_CUDA with the reason in `msg`.
  */

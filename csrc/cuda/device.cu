@@ -1,5 +1,7 @@
 /*
  * device.cu -- cs_cuda_device_count: is there a GPU this engine can use?
+ * Also which device is current, making another one current, and
+ * waiting for a stream.
  *
  * Asks the runtime for the visible devices and describes the current one
  * ("NVIDIA H100 80GB HBM3, sm_90, 132 SMs").  A machine without a driver
@@ -65,19 +67,84 @@ cs_cuda_device_count(char *msg, size_t msg_len)
     return count;
 }
 
-cs_status
-cs_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg,
-                 size_t msg_len)
+/* The visible device count, or a status with the reason in msg. */
+static cs_status
+visible_devices(int *count, char *msg, size_t msg_len)
 {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
+    cudaError_t e = cudaGetDeviceCount(count);
+    if (e != cudaSuccess || *count == 0) {
         cs_say(msg, msg_len, "no usable CUDA device: %s",
                e != cudaSuccess ? cudaGetErrorString(e) : "none is visible");
         (void)cudaGetLastError();
         return CS_ERR_NO_DEVICE;
     }
-    e = cudaMemGetInfo(free_bytes, total_bytes);
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_current_device(int *device, char *msg, size_t msg_len)
+{
+    int count = 0;
+    cs_status status = visible_devices(&count, msg, msg_len);
+    if (status != CS_OK) {
+        return status;
+    }
+    cudaError_t e = cudaGetDevice(device);
+    if (e != cudaSuccess) {
+        cs_say(msg, msg_len, "cudaGetDevice: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return CS_ERR_CUDA;
+    }
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_set_device(int device, char *msg, size_t msg_len)
+{
+    int count = 0;
+    cs_status status = visible_devices(&count, msg, msg_len);
+    if (status != CS_OK) {
+        return status;
+    }
+    if (device < 0 || device >= count) {
+        cs_say(msg, msg_len, "CUDA device %d is not visible: %d device%s "
+                             "(0 to %d)",
+               device, count, count == 1 ? "" : "s", count - 1);
+        return CS_ERR_INVALID;
+    }
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        cs_say(msg, msg_len, "cudaSetDevice(%d): %s", device,
+               cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return CS_ERR_CUDA;
+    }
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_stream_synchronize(uintptr_t stream, char *msg, size_t msg_len)
+{
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e != cudaSuccess) {
+        cs_say(msg, msg_len, "cudaStreamSynchronize: %s",
+               cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return CS_ERR_CUDA;
+    }
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg,
+                 size_t msg_len)
+{
+    int count = 0;
+    cs_status status = visible_devices(&count, msg, msg_len);
+    if (status != CS_OK) {
+        return status;
+    }
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
     if (e != cudaSuccess) {
         cs_say(msg, msg_len, "%s", cudaGetErrorString(e));
         (void)cudaGetLastError();

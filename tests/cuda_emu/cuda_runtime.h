@@ -62,6 +62,7 @@ typedef enum cudaError {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInsufficientDriver = 35,
+    cudaErrorInvalidDevice = 101,
     cudaErrorNoDevice = 100,
 } cudaError_t;
 typedef struct CUstream_st *cudaStream_t;
@@ -89,6 +90,7 @@ const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaGetDevice(int *d);
+cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d);
 cudaError_t cudaMalloc(void **p, size_t bytes);

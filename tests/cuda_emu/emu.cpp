@@ -169,6 +169,9 @@ cudaError_t cudaGetDeviceCount(int *n) {
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) {  // one device: 0
+    return d == 0 ? cudaSuccess : (last_error = cudaErrorInvalidDevice);
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     snprintf(p->name, sizeof p->name, "Emulated H100");
     const char *v = getenv("EMU_CC_MAJOR");

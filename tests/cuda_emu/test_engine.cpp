@@ -503,6 +503,28 @@ static void device_array_cases(bool quick) {
     }
 }
 
+// cs_cuda_set_device / cs_cuda_current_device: device 0 of one, an
+// invalid index named with the visible range, or `none` without a device.
+static void expect_device_selection(cs_status none) {
+    char msg[256] = "";
+    int dev = -1;
+    cs_status got = cs_cuda_current_device(&dev, msg, sizeof msg);
+    cs_status set0 = cs_cuda_set_device(0, msg, sizeof msg);
+    cs_status set1 = cs_cuda_set_device(1, msg, sizeof msg);
+    const bool ok = none == CS_OK
+        ? got == CS_OK && dev == 0 && set0 == CS_OK && set1 == CS_ERR_INVALID
+              && strstr(msg, "0 to 0") != nullptr
+        : got == none && set0 == none && set1 == none;
+    if (!ok) {
+        printf("FAIL device selection (expected %d): current %d (device %d), "
+               "set(0) %d, set(1) %d: %s\n", (int)none, (int)got, dev,
+               (int)set0, (int)set1, msg);
+        failures++;
+    } else {
+        passes++;
+    }
+}
+
 int main(int argc, char **argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     if (argc > 1 && strncmp(argv[1], "tc3d", 4) == 0) {
@@ -715,7 +737,9 @@ int main(int argc, char **argv) {
     expect_status("no device", heat2d, 1, 40, 40, AUTO, CS_ERR_NO_DEVICE);
     c = cs_cuda_device_count(msg, sizeof msg);
     printf("no device: device_count=%d: %s\n", c, msg);
+    expect_device_selection(CS_ERR_NO_DEVICE);
     unsetenv("EMU_NO_DEVICE");
+    expect_device_selection(CS_OK);
     setenv("EMU_NO_DRIVER", "1", 1);
     expect_status("no driver", heat2d, 1, 40, 40, AUTO, CS_ERR_NO_DEVICE);
     c = cs_cuda_device_count(msg, sizeof msg);
