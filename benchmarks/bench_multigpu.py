@@ -126,6 +126,7 @@ def worker(args):
         d = csd.from_local(block, comm=comm, dims=dims,
                            backend=args.backend)
         del block
+        _free_cupy_pool()
         forced = [None] + ([k for k in SWEEP if k <= steps] if size > 1
                            else [])
         for halo_steps in forced:
@@ -137,6 +138,13 @@ def worker(args):
             if rank == 0:
                 print("RESULT " + json.dumps(record), flush=True)
         del d
+
+
+def _free_cupy_pool():
+    """Hand CuPy's cached blocks back (the random block's copy is ours)."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.get_default_memory_pool().free_all_blocks()
 
 
 def _on_own_gpu(comm, block_shape, rank):
