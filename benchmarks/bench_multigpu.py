@@ -10,6 +10,12 @@ turn), blocks in device memory, ghosts through NCCL, NVLink multicast off
 - Strong scaling: heat2d 20480^2 and heat3d 1024^3 on 1..N GPUs: time
   per step, speedup and efficiency against one GPU.
 
+On one GPU each case also times plain engine calls of 64 steps on its
+block (a device array in, another out): the wall clock beyond the step
+loop (last_run_info()'s device_seconds) is the call's load and store of
+the block, which each distributed round pays once
+(`call_overhead_seconds`; the device cost model's IO_FRACTION).
+
 Every case runs with the halo depth the cost model picks (halo_steps=None)
 and, on more than one GPU, with each k of a sweep, so the table can set
 the model's k against the best one found.  A figure is the median of
@@ -127,6 +133,12 @@ def worker(args):
                            backend=args.backend)
         del block
         _free_cupy_pool()
+        if size == 1 and args.backend == "cuda":
+            overhead = _call_overhead(d.local, preset, args.repeat)
+            print("RESULT " + json.dumps(dict(
+                kind=kind, preset=preset, gpus=1, block=list(extent),
+                grid=list(shape), call_overhead=True, **overhead)),
+                flush=True)
         forced = [None] + ([k for k in SWEEP if k <= steps] if size > 1
                            else [])
         for halo_steps in forced:
@@ -138,6 +150,26 @@ def worker(args):
             if rank == 0:
                 print("RESULT " + json.dumps(record), flush=True)
         del d
+
+
+def _call_overhead(block, preset, repeat, steps=64):
+    """Median wall clock of one engine call of `steps` on a device block
+    (into another array) and of its step loop alone."""
+    import convstencil as cs
+    from convstencil import _device
+    out = _device.DeviceArray(block.shape)
+    walls, loops = [], []
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        cs.apply(block, preset, steps=steps, mode="wrap", out=out)
+        wall = time.perf_counter() - t0
+        if i:
+            walls.append(wall)
+            loops.append(cs.last_run_info()["device_seconds"])
+    wall, loop = float(np.median(walls)), float(np.median(loops))
+    return {"steps": steps, "call_seconds": wall, "loop_seconds": loop,
+            "call_overhead_seconds": wall - loop,
+            "points": int(np.prod(block.shape))}
 
 
 def _free_cupy_pool():
@@ -188,11 +220,13 @@ def drive(args):
             sys.exit("%s failed:\n%s%s" % (" ".join(command),
                                             done.stdout[-4000:],
                                             done.stderr[-4000:]))
+    overheads = [r for r in records if r.get("call_overhead")]
+    records = [r for r in records if not r.get("call_overhead")]
     summarise(records)
-    markdown = table(records)
+    markdown = table(records) + overhead_table(overheads)
     print(markdown)
     if args.save:
-        save(args, records, markdown)
+        save(args, records, markdown, overheads)
 
 
 def summarise(records):
@@ -260,7 +294,25 @@ def table(records):
     return "\n".join(rows) + "\n"
 
 
-def save(args, records, markdown):
+def overhead_table(overheads):
+    if not overheads:
+        return ""
+    rows = ["", "One engine call of 64 steps on one GPU's block (device "
+            "array in, another out), median:", "",
+            "| preset | block | call | step loop | beyond the loop | "
+            "in steps of the loop |",
+            "|---|---|---|---|---|---|"]
+    for r in overheads:
+        rows.append("| %s | %s | %.2f ms | %.2f ms | %.2f ms | %s |" % (
+            r["preset"], "x".join(map(str, r["block"])),
+            1e3 * r["call_seconds"], 1e3 * r["loop_seconds"],
+            1e3 * r["call_overhead_seconds"],
+            "%.2f" % (r["call_overhead_seconds"]
+                      / (r["loop_seconds"] / r["steps"]))))
+    return "\n".join(rows) + "\n"
+
+
+def save(args, records, markdown, overheads):
     import common
     names, topology = _gpu_facts()
     device = "%d x %s" % (len(names), names[0]) if names else "unknown"
@@ -278,7 +330,9 @@ def save(args, records, markdown):
     if topology:
         head += "`nvidia-smi topo -m`:\n\n```\n%s\n```\n\n" % topology
     common.write_results(args.save, {"provenance": prov,
-                                     "records": records}, head + markdown)
+                                     "records": records,
+                                     "call_overheads": overheads},
+                         head + markdown)
 
 
 def _mpi_version():

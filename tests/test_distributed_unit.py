@@ -240,6 +240,44 @@ def test_cost_model_overlap_choice(monkeypatch):
         _plan.make_plan(d, (3, 3), "wrap", 10, 2, 5, overlap=1)
 
 
+def test_device_model_prices_the_engine_plan():
+    """Device blocks: each round's engine call is priced with the engine's
+    own plan (explain()'s model) plus the load and store of the block, so
+    k avoids a remainder step of its own and goes past the host's 64 on a
+    large block, where those two passes dominate the exchange."""
+    from convstencil import _model
+    w = convstencil.Stencil("heat2d").weights
+    engine = (w, "wrap")
+    sides = [(1, 2), (0, 0)]
+
+    def per_step(k):
+        return _plan.predicted_step_seconds((10240, 10240), sides, k, 5,
+                                            True, engine=engine)
+
+    depth = _model.gpu_plan((10366, 10240), w, "wrap", 63,
+                            "auto")["fused_depth"]
+    assert depth == 3
+    assert per_step(63) < per_step(64)  # 64 = 21 x 3 + a step alone
+    assert per_step(63) < per_step(16) < per_step(1)
+    gpu = csd.DistributedGrid(None, (20480, 10240), _partition.split(
+        (20480, 10240), (2, 1)), _Comm(0, 2), True)
+    _, k = _plan.make_plan(gpu, (3, 3), "wrap", 1000, None, 5, weights=w)
+    assert k > 64 and k % depth == 0
+    assert k <= _plan.MAX_AUTO_HALO_STEPS_DEVICE
+    # the host model is untouched by weights: host blocks stop at 64
+    _, k_host = _plan.make_plan(_grid((20480, 10240), (2, 1), 0), (3, 3),
+                                "wrap", 1000, None, 5, weights=w)
+    assert k_host <= _plan.MAX_AUTO_HALO_STEPS
+
+
+def test_candidate_halo_steps():
+    ks = _plan.candidate_halo_steps(256)
+    assert ks[:16] == list(range(1, 17)) and ks[-1] == 256
+    assert 63 not in ks and 192 in ks and ks == sorted(set(ks))
+    assert _plan.candidate_halo_steps(5) == [1, 2, 3, 4, 5]
+    assert _plan.candidate_halo_steps(30)[-1] == 30
+
+
 def test_cost_model_overlap_costs_without_exchange(monkeypatch):
     # with free messages there is nothing to hide: overlap only adds
     # redundant work and calls

@@ -20,7 +20,11 @@ import numpy as np
 from . import _overlap, _partition
 
 # Largest k the cost model considers: deeper halos only grow the padding.
+# Device blocks go deeper: each engine call on a device array costs two
+# passes over the block (its load into the engine's padded grid and the
+# store out of it) besides its steps, which only a deeper k amortises.
 MAX_AUTO_HALO_STEPS = 64
+MAX_AUTO_HALO_STEPS_DEVICE = 256
 
 
 class Side:
@@ -148,10 +152,12 @@ def _overlap_choices(d, overlap):
 
 
 def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
-              self_exchange=False, overlap=False):
+              self_exchange=False, overlap=False, weights=None):
     """The plan, the same on every rank; ValueError where no k fits.
     `overlap`: True, False or None (the cost model decides, with k where
-    halo_steps is None); the plan's `overlap` says what runs."""
+    halo_steps is None); the plan's `overlap` says what runs.  `weights`
+    (the kernel, for device blocks) lets the model price the engine's own
+    plan for each k."""
     halo_steps = _check_halo_steps(halo_steps)
     overlaps = _overlap_choices(d, _check_overlap(overlap))
     radii = tuple((s - 1) // 2 for s in weights_shape)
@@ -173,9 +179,11 @@ def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
     k = None
     if halo_steps is not None:
         k = max(1, min(halo_steps, k_max, max(steps, 1)))
-    k, chosen = choose_halo_steps(d, radii, ghosted,
-                                  min(k_max, MAX_AUTO_HALO_STEPS), steps,
-                                  taps, overlaps, k)
+    deepest = (MAX_AUTO_HALO_STEPS_DEVICE if d.on_device
+               else MAX_AUTO_HALO_STEPS)
+    engine = (weights, mode) if d.on_device and weights is not None else None
+    k, chosen = choose_halo_steps(d, radii, ghosted, min(k_max, deepest),
+                                  steps, taps, overlaps, k, engine)
     plan = HaloPlan(d, radii, ghosted, periodic, k)
     plan.overlap = chosen
     return plan, k
@@ -194,9 +202,20 @@ def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
 _COSTS = {
     False: dict(message=5e-6, byte=1 / 4e9, call=30e-6, call_point=1.6e-9,
                 tap_point=0.25e-9),
-    True: dict(message=20e-6, byte=1 / 20e9, call=60e-6,
+    # GPU: NCCL between two H200s of one host (NVLink), fitted to
+    # benchmarks/results/h200x2_multigpu.md: 123 us per exchange of 0.16
+    # MB (two slabs each way) and 1141 us of 268 MB; a round's engine call
+    # and host work (the call, the vote on errors) about 100 us; the
+    # per-point figures are used only without the engine's plan
+    True: dict(message=30e-6, byte=1 / 250e9, call=100e-6,
                call_point=16 / 2.5e12, tap_point=8 / 2.5e12 / 5),
 }
+
+# The fraction of the copy bandwidth an engine call's load and store of a
+# device array reach: fitted to one H100 (wall clock of a call minus its
+# step loop, last_run_info()'s device_seconds): 2.06 ms around a heat2d
+# call on 10368 x 10240 and 1.88 ms around heat3d on 544 x 512 x 512.
+IO_FRACTION = 0.75
 
 
 def _exchange_seconds(padded, depth_sides, k, cost):
@@ -235,16 +254,34 @@ def _overlap_compute(shape, depth_sides, k, taps, cost):
     return inner, edge
 
 
+def _device_call_seconds(padded, k, engine):
+    """One engine call of k steps on a padded device block: the engine's
+    plan for it priced by the performance model (explain()'s), plus the
+    load and the store of the block and the round's host latency."""
+    from .. import _model
+    weights, mode = engine
+    seconds = _model.predict_gpu(tuple(padded), weights, mode, k, "auto")[0]
+    rates = _model.gpu_rates()
+    points = float(np.prod(padded, dtype=np.float64))
+    return (seconds + 2 * 16.0 * points / (rates["bandwidth"] * IO_FRACTION)
+            + _COSTS[True]["call"])
+
+
 def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
-                           overlap=False):
+                           overlap=False, engine=None):
     """Predicted time per step with halo_steps k: one exchange per k
     steps, then k steps on the padded block in one engine call; with
     `overlap`, the first exchanging axis's messages fly while the
     interior runs (the round waits for the longer of the two), then the
-    other axes' exchanges and the strips' calls."""
+    other axes' exchanges and the strips' calls.  `engine` ((weights,
+    mode), device blocks): price the call with the engine's own plan
+    (fused passes, a remainder step where k is not a multiple of the
+    fused depth) instead of a cost per tap."""
     cost = _COSTS[on_device]
     padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
     exchange = _exchange_seconds(padded, depth_sides, k, cost)
+    if on_device and engine is not None:
+        return (sum(exchange) + _device_call_seconds(padded, k, engine)) / k
     if not overlap:
         compute = _call_seconds(float(np.prod(padded, dtype=np.float64)),
                                 k, taps, cost)
@@ -257,18 +294,31 @@ def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
     return (max(hidden, inner) + rest + edge) / k
 
 
+def candidate_halo_steps(k_max):
+    """The k the model tries: every k up to 16, then every 4th to 64 and
+    every 8th beyond (deep halos differ little from their neighbours),
+    and k_max itself."""
+    ks = set(range(1, min(k_max, 16) + 1))
+    ks.update(range(20, min(k_max, 64) + 1, 4))
+    ks.update(range(72, k_max + 1, 8))
+    ks.add(k_max)
+    return sorted(ks)
+
+
 def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
-                      overlaps=(False,), k=None):
-    """(k, overlap): the k in 1..k_max (or the given `k`) and the choice
-    in `overlaps` the cost model predicts fastest.  Every rank must pick
-    the same, so the model sees the largest block with neighbours on
-    both sides of every ghosted axis."""
+                      overlaps=(False,), k=None, engine=None):
+    """(k, overlap): the k among candidate_halo_steps(k_max) (or the
+    given `k`) and the choice in `overlaps` the cost model predicts
+    fastest.  Every rank must pick the same, so the model sees the
+    largest block with neighbours on both sides of every ghosted axis.
+    The last round runs what remains of `steps`; its cost is the same
+    for every k to first order, so the model prices steady rounds."""
     sides = [(r, 2 if g else 0) for r, g in zip(radii, ghosted)]
     k_max = max(1, min(k_max, max(steps, 1)))
     shape = [max(e) for e in d.extents]
-    ks = [k] if k is not None else range(1, k_max + 1)
+    ks = [k] if k is not None else candidate_halo_steps(k_max)
     costs = [(predicted_step_seconds(shape, sides, kk, taps, d.on_device,
-                                     ov), kk, ov)
+                                     ov, engine), kk, ov)
              for ov in overlaps for kk in ks]
     _, k, overlap = min(costs, key=lambda c: c[0])
     return k, overlap

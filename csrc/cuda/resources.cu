@@ -542,18 +542,28 @@ cs_block_give(cs_cuda_ctx *ctx, cs_block *block)
         (void)cudaGetLastError();
         block->idle_recorded = 0;
     }
-    const size_t limit = idle_limit(block->device);
+    /* the limit is per device: evict that device's largest idle blocks */
+    const int device = block->device;
+    const size_t limit = idle_limit(device);
     cs_block *evicted = NULL;
     pthread_mutex_lock(&cache_mutex);
     block->next = idle_blocks;
     idle_blocks = block;
     idle_block_bytes += block->bytes;
-    while (idle_block_bytes > limit && idle_blocks != NULL) {
-        const cs_block *largest = idle_blocks;
+    size_t on_device = 0;
+    for (const cs_block *b = idle_blocks; b != NULL; b = b->next) {
+        on_device += b->device == device ? b->bytes : 0;
+    }
+    while (on_device > limit) {
+        const cs_block *largest = NULL;
         for (const cs_block *b = idle_blocks; b != NULL; b = b->next) {
-            largest = b->bytes > largest->bytes ? b : largest;
+            if (b->device == device
+                && (largest == NULL || b->bytes > largest->bytes)) {
+                largest = b;
+            }
         }
         cs_block *gone = unlink_idle(pick_largest, largest);
+        on_device -= gone->bytes;
         gone->next = evicted;
         evicted = gone;
     }
