@@ -29,6 +29,7 @@ slowest rank's (info(): the exchange returns once its ghosts arrived).
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -199,7 +200,8 @@ def _gpu_facts():
         except (OSError, subprocess.SubprocessError):
             return ""
     names = smi("--query-gpu=name", "--format=csv,noheader").splitlines()
-    return names, smi("topo", "-m")
+    # topo -m underlines its header with terminal escapes
+    return names, re.sub(r"\x1b\[[0-9;]*m", "", smi("topo", "-m"))
 
 
 def drive(args):
