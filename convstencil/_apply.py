@@ -170,8 +170,11 @@ def _record(info, steps, mode, model=None, **extra):
     _last_run_info = info
 
 
+_MAIN_THREAD = threading.main_thread().ident
+
+
 def _in_main_thread():
-    return threading.current_thread() is threading.main_thread()
+    return threading.get_ident() == _MAIN_THREAD
 
 
 # ---------------------------------------------------------------------------

@@ -194,8 +194,51 @@ def _typestr(typestr, what):
     return found
 
 
+# (shape, typestr, strides) as a producer gave them -> (shape, strides,
+# dtype, code) checked: a scheme of many small calls passes the same few
+# layouts again and again.  Bounded: cleared when it grows past
+# _LAYOUTS_KEPT (a run whose shapes keep changing).
+_LAYOUTS = {}
+_LAYOUTS_KEPT = 256
+
+
+def _exact_ints(values):
+    if type(values) is not tuple:
+        return False
+    for v in values:
+        if type(v) is not int:
+            return False
+    return True
+
+
+def _cai_layout(shape, typestr, strides, what):
+    """(shape, strides in bytes, dtype, code) of a CAI's array, checked."""
+    try:
+        key = (shape, typestr, strides)
+        found = _LAYOUTS.get(key)
+    except TypeError:  # an unhashable (so invalid) entry: checked below
+        key = found = None
+    # equal is not enough: 1.0, True and numpy integers equal the ints a
+    # valid layout holds, and must still be refused
+    if found is not None and _exact_ints(shape) and (
+            strides is None or _exact_ints(strides)):
+        return found
+    shape = _check_shape(shape, what)
+    dtype, code = _typestr(typestr, what)
+    if strides is None:
+        strides = _c_strides(shape, dtype.itemsize)
+    else:
+        strides = _check_strides(strides, len(shape), dtype.itemsize, what)
+    found = (shape, strides, dtype, code)
+    if key is not None:
+        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = found
+    return found
+
+
 def _from_cai(obj, cai, what):
-    if not isinstance(cai, dict):
+    if type(cai) is not dict and not isinstance(cai, dict):
         raise TypeError("%s: __cuda_array_interface__ must be a dict, got %s"
                         % (what, type(cai).__name__))
     version = cai.get("version")
@@ -207,8 +250,8 @@ def _from_cai(obj, cai, what):
     except KeyError as missing:
         raise ValueError("%s: __cuda_array_interface__ has no %s"
                          % (what, missing))
-    shape = _check_shape(shape, what)
-    dtype, code = _typestr(typestr, what)
+    shape, strides, dtype, code = _cai_layout(shape, typestr,
+                                              cai.get("strides"), what)
     if (type(data) is not tuple or len(data) != 2
             or not isinstance(data[0], int) or data[0] < 0
             or not isinstance(data[1], bool)):
@@ -217,11 +260,6 @@ def _from_cai(obj, cai, what):
     if cai.get("mask") is not None:
         raise ValueError("%s: masked device arrays are not supported"
                          % what)
-    strides = cai.get("strides")
-    if strides is None:
-        strides = _c_strides(shape, dtype.itemsize)
-    else:
-        strides = _check_strides(strides, len(shape), dtype.itemsize, what)
     stream = cai.get("stream") if version == 3 else None
     if stream is not None and (type(stream) is not int or stream <= 0):
         raise ValueError("%s: stream must be None or a positive integer "

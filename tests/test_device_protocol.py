@@ -135,6 +135,28 @@ def test_interface_parsing():
     assert _device.device_view([1.0, 2.0]) is None
 
 
+@pytest.mark.parametrize("shape,strides", [
+    ((8.0, 9), None), ((True, 9), None), ((np.int64(8), 9), None),
+    ((8, 9), (72.0, 8)), ((8, 9), (72, True))],
+    ids=["float", "bool", "numpy-int", "float-stride", "bool-stride"])
+def test_remembered_layouts_stay_exact(shape, strides):
+    """A layout parsed once is remembered, but an equal shape or strides
+    of another type (1.0 == True == 1) is refused as before."""
+    good = dict(shape=tuple(int(n) for n in shape),
+                strides=None if strides is None else (72, 8))
+    for _ in range(2):  # parsed, then remembered
+        view = _device.device_view(FakeCAI(**cai(**good)))
+        assert view.shape == good["shape"]
+    with pytest.raises(ValueError, match="shape|strides"):
+        _device.device_view(FakeCAI(**cai(shape=shape, strides=strides)))
+
+
+def test_remembered_layouts_are_bounded():
+    for n in range(1, _device._LAYOUTS_KEPT + 50):
+        assert _device.device_view(FakeCAI(**cai(shape=(n,)))).shape == (n,)
+    assert len(_device._LAYOUTS) <= _device._LAYOUTS_KEPT
+
+
 def test_dlpack_capsules_are_read_without_consuming():
     a = np.arange(12.0).reshape(3, 4)[:, ::2]
     capsule = a.__dlpack__()
