@@ -327,13 +327,18 @@ def test_nccl_messages_match_in_order(monkeypatch):
 
 def test_slabs_move_in_place_only_where_contiguous():
     """Axis 0's slabs span whole rows of a C-ordered block: they move
-    without packing; a later axis's only where every axis before it is 1."""
-    from convstencil.distributed._transport import _contiguous_slabs
-    assert _contiguous_slabs((20, 30), 0)
-    assert not _contiguous_slabs((20, 30), 1)
-    assert _contiguous_slabs((1, 30), 1)
-    assert not _contiguous_slabs((4, 5, 6), 2)
-    assert _contiguous_slabs((1, 1, 6), 2)
+    without packing; a later axis's only where every axis before it is 1;
+    none of an engine session's grid, whose rows are padded."""
+    from convstencil.distributed._device_blocks import (c_strides,
+                                                        is_contiguous)
+    c = c_strides((20, 30))
+    assert is_contiguous((3, 30), c)          # axis 0's slab
+    assert not is_contiguous((20, 3), c)      # axis 1's
+    assert is_contiguous((1, 3), c_strides((1, 30)))
+    assert not is_contiguous((4, 5, 2), c_strides((4, 5, 6)))
+    assert is_contiguous((1, 1, 6), c_strides((1, 1, 6)))
+    assert not is_contiguous((3, 30), (8 * 40, 8))  # rows of 40, 30 used
+    assert is_contiguous((1, 30), (8 * 40, 8))
     # a slab of axis 0 is one run of memory: the owned rows next to it
     d = _grid((12, 10), (2, 1), 0)
     plan, _ = _plan.make_plan(d, (3, 3), "wrap", 4, 2, 5)

@@ -47,10 +47,27 @@ def c_strides(shape):
     return tuple(reversed(strides))
 
 
+def strides_of(base):
+    """Byte strides of a DeviceArray (C order) or a StridedView."""
+    strides = getattr(base, "strides", None)
+    return tuple(strides) if strides is not None else c_strides(base.shape)
+
+
+def is_contiguous(sizes, strides):
+    """Whether a view of `sizes` with byte `strides` is one C-ordered run
+    of memory (axes of extent 1 may have any stride)."""
+    step = 8
+    for n, s in zip(reversed(sizes), reversed(strides)):
+        if n > 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
 def region(base, starts, sizes, stream=None):
-    """The view of `base` (C-contiguous float64 on the device) at
-    `starts` with extents `sizes`."""
-    strides = c_strides(base.shape)
+    """The view of `base` (a float64 DeviceArray, or a StridedView of a
+    grid such as an engine session's) at `starts` with extents `sizes`."""
+    strides = strides_of(base)
     ptr = base.ptr + sum(s * st for s, st in zip(starts, strides))
     return StridedView(base, ptr, sizes, strides, stream)
 

@@ -211,6 +211,10 @@ _COSTS = {
                call_point=16 / 2.5e12, tap_point=8 / 2.5e12 / 5),
 }
 
+# A slab's pack or unpack between a session's grid and its message buffer
+# (a zero-step engine call, returning when done: launch and wait).
+COPY_SECONDS = 30e-6
+
 # The fraction of the copy bandwidth an engine call's load and store of a
 # device array reach: fitted to one H100 (wall clock of a call minus its
 # step loop, last_run_info()'s device_seconds): 2.06 ms around a heat2d
@@ -254,13 +258,19 @@ def _overlap_compute(shape, depth_sides, k, taps, cost):
     return inner, edge
 
 
-def _device_call_seconds(padded, k, engine):
-    """One engine call of k steps on a padded device block: the engine's
-    plan for it priced by the performance model (explain()'s), plus the
-    load and the store of the block and the round's host latency."""
+def _device_round_seconds(padded, depth_sides, k, engine):
+    """A device round's k steps on the padded block: the engine's plan
+    for them priced by the performance model (explain()'s) and the
+    round's host latency.  2D and 3D blocks stay in an engine session
+    for the run (_run.py), so a round also packs and unpacks its slabs
+    (the session's rows are padded); a 1D block's round is an engine call
+    of its own, which loads and stores the block."""
     from .. import _model
     weights, mode = engine
     seconds = _model.predict_gpu(tuple(padded), weights, mode, k, "auto")[0]
+    if len(padded) > 1:
+        sides = sum(s for _, s in depth_sides)
+        return seconds + _COSTS[True]["call"] + 2 * sides * COPY_SECONDS
     rates = _model.gpu_rates()
     points = float(np.prod(padded, dtype=np.float64))
     return (seconds + 2 * 16.0 * points / (rates["bandwidth"] * IO_FRACTION)
@@ -281,7 +291,8 @@ def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
     padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
     exchange = _exchange_seconds(padded, depth_sides, k, cost)
     if on_device and engine is not None:
-        return (sum(exchange) + _device_call_seconds(padded, k, engine)) / k
+        return (sum(exchange) + _device_round_seconds(padded, depth_sides, k,
+                                                      engine)) / k
     if not overlap:
         compute = _call_seconds(float(np.prod(padded, dtype=np.float64)),
                                 k, taps, cost)

@@ -152,6 +152,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInsufficientDriver:
         return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
     }
     return "unknown error";
 }
