@@ -636,6 +636,47 @@ session_view(PyObject *self, PyObject *capsule)
 #endif
 }
 
+PyDoc_STRVAR(session_copy_doc,
+"session_copy(session, starts, sizes, buf_ptr, put)\n"
+"\n"
+"Copy the box at `starts` (3D, leading zeros) with extents `sizes` of\n"
+"the current grid into the C-ordered float64 device buffer at buf_ptr,\n"
+"or (put) the buffer into the box; returns when done.");
+
+static PyObject *
+session_copy(PyObject *self, PyObject *args)
+{
+    PyObject *capsule, *starts_obj, *sizes_obj;
+    unsigned long long buf;
+    int put;
+    if (!PyArg_ParseTuple(args, "OOOKp:session_copy", &capsule, &starts_obj,
+                          &sizes_obj, &buf, &put)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    cs_cuda_session *x = open_session(capsule);
+    ptrdiff_t starts[3], sizes[3];
+    if (x == NULL || parse_triple(starts_obj, "starts", starts) < 0
+        || parse_triple(sizes_obj, "sizes", sizes) < 0) {
+        return NULL;
+    }
+    char detail[512] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_session_copy(x, starts, sizes, (void *)(uintptr_t)buf,
+                                  put, detail, sizeof(detail));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
 PyDoc_STRVAR(session_close_doc,
 "session_close(session, out_ptr, out_strides) -> nonfinite\n"
 "\n"
@@ -1002,6 +1043,7 @@ static PyMethodDef core_methods[] = {
     {"session_open", session_open, METH_VARARGS, session_open_doc},
     {"session_run", session_run, METH_O, session_run_doc},
     {"session_view", session_view, METH_O, session_view_doc},
+    {"session_copy", session_copy, METH_VARARGS, session_copy_doc},
     {"session_close", session_close, METH_VARARGS, session_close_doc},
     {"cuda_stream_synchronize", cuda_stream_synchronize, METH_VARARGS,
      cuda_stream_synchronize_doc},

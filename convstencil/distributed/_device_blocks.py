@@ -76,6 +76,25 @@ def whole(base, stream=None):
     return region(base, (0,) * len(base.shape), base.shape, stream)
 
 
+def pack(base, starts, sizes, buf):
+    """buf (a contiguous DeviceArray) = base's box at `starts`, `sizes`;
+    returns when done.  A grid that packs itself (an engine session's)
+    does; any other goes through a zero-step engine call."""
+    if hasattr(base, "pack"):
+        base.pack(starts, sizes, buf)
+    else:
+        copy(region(base, starts, sizes), buf)
+
+
+def unpack(buf, base, starts, sizes):
+    """base's box at `starts`, `sizes` = buf, which a transport filled on
+    the legacy default stream (waited for before reading)."""
+    if hasattr(base, "unpack"):
+        base.unpack(buf, starts, sizes)
+    else:
+        copy(whole(buf, stream=1), region(base, starts, sizes))
+
+
 def copy(src, dst):
     """dst[...] = src on the GPU (any strides, same shape); returns when
     the copy is complete."""

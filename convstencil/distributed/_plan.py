@@ -213,7 +213,7 @@ _COSTS = {
 
 # A slab's pack or unpack between a session's grid and its message buffer
 # (a zero-step engine call, returning when done: launch and wait).
-COPY_SECONDS = 30e-6
+COPY_SECONDS = 20e-6
 
 # The fraction of the copy bandwidth an engine call's load and store of a
 # device array reach: fitted to one H100 (wall clock of a call minus its
@@ -271,10 +271,15 @@ def _device_round_seconds(padded, depth_sides, k, engine):
     if len(padded) > 1:
         sides = sum(s for _, s in depth_sides)
         return seconds + _COSTS[True]["call"] + 2 * sides * COPY_SECONDS
+    return seconds + _device_io_seconds(padded) + _COSTS[True]["call"]
+
+
+def _device_io_seconds(padded):
+    """An engine call's load of a device block and its store."""
+    from .. import _model
     rates = _model.gpu_rates()
     points = float(np.prod(padded, dtype=np.float64))
-    return (seconds + 2 * 16.0 * points / (rates["bandwidth"] * IO_FRACTION)
-            + _COSTS[True]["call"])
+    return 2 * 16.0 * points / (rates["bandwidth"] * IO_FRACTION)
 
 
 def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
@@ -322,14 +327,27 @@ def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
     given `k`) and the choice in `overlaps` the cost model predicts
     fastest.  Every rank must pick the same, so the model sees the
     largest block with neighbours on both sides of every ghosted axis.
-    The last round runs what remains of `steps`; its cost is the same
-    for every k to first order, so the model prices steady rounds."""
+    The model prices steady rounds; where the engine's plan prices device
+    rounds (`engine`), the whole run: the rounds an engine session runs,
+    then what remains of `steps` as a call of its own, which loads and
+    stores the block (so k that divide `steps` gain)."""
     sides = [(r, 2 if g else 0) for r, g in zip(radii, ghosted)]
     k_max = max(1, min(k_max, max(steps, 1)))
     shape = [max(e) for e in d.extents]
     ks = [k] if k is not None else candidate_halo_steps(k_max)
-    costs = [(predicted_step_seconds(shape, sides, kk, taps, d.on_device,
-                                     ov, engine), kk, ov)
-             for ov in overlaps for kk in ks]
+
+    def cost(kk, ov):
+        per_step = predicted_step_seconds(shape, sides, kk, taps,
+                                          d.on_device, ov, engine)
+        rest = steps % kk if steps > kk else 0
+        if engine is None or len(shape) == 1 or not rest:
+            return per_step
+        rest_seconds = (predicted_step_seconds(shape, sides, rest, taps,
+                                               True, False, engine) * rest
+                        + _device_io_seconds([n + kk * r * s for n, (r, s)
+                                              in zip(shape, sides)]))
+        return ((steps - rest) * per_step + rest_seconds) / steps
+
+    costs = [(cost(kk, ov), kk, ov) for ov in overlaps for kk in ks]
     _, k, overlap = min(costs, key=lambda c: c[0])
     return k, overlap

@@ -252,11 +252,28 @@ class _Session:
                                     _GPU_PATHS[name])["path"]
 
     def grid(self):
-        """The current grid (its interior) as a strided view."""
+        """The current grid (its interior) as a strided view that packs
+        and unpacks boxes through the session (one pitched copy each)."""
         ptr, strides, shape = _core.session_view(self.handle)
         lead = 3 - self.ndim
-        return _device_blocks.StridedView(self.handle, ptr, shape[lead:],
-                                          strides[lead:])
+        return _SessionGrid(self, ptr, shape[lead:], strides[lead:])
+
+    def copy(self, starts, sizes, buf, put):
+        lead = (0,) * (3 - self.ndim)
+        _core.session_copy(self.handle, lead + tuple(starts),
+                           (1,) * (3 - self.ndim) + tuple(sizes), buf.ptr,
+                           put)
+
+
+class _SessionGrid(_device_blocks.StridedView):
+    """A session's current grid, as the transports see a padded block."""
+
+    def pack(self, starts, sizes, buf):
+        self.base.copy(starts, sizes, buf, False)
+
+    def unpack(self, buf, starts, sizes):
+        # the transports left buf complete on the legacy default stream
+        self.base.copy(starts, sizes, buf, True)
 
     def run(self):
         _core.session_run(self.handle)

@@ -140,11 +140,8 @@ class _DeviceTransport:
             self.move(messages)
             for i, (s, p) in enumerate(zip(sides, packed)):
                 if p:
-                    # the receive was ordered on the legacy default stream
-                    _device_blocks.copy(
-                        _device_blocks.whole(self.buffers[axis, i][1],
-                                             stream=1),
-                        _device_blocks.region(padded, *s.recv))
+                    _device_blocks.unpack(self.buffers[axis, i][1], padded,
+                                          *s.recv)
 
     def _pack(self, padded, axis, index, side, packed):
         count = int(np.prod(side.send[1], dtype=np.int64))
@@ -158,7 +155,7 @@ class _DeviceTransport:
                        _device.DeviceArray(side.recv[1]))
             self.buffers[axis, index] = buffers
         send, recv = buffers
-        _device_blocks.copy(_device_blocks.region(padded, *side.send), send)
+        _device_blocks.pack(padded, *side.send, send)
         return Message(side, send.ptr, recv.ptr, count)
 
     def close(self):

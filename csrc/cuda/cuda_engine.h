@@ -174,6 +174,14 @@ void
 cs_cuda_session_view(const cs_cuda_session *x, cs_darray *view,
                      ptrdiff_t shape[3]);
 
+/* Copy the box [starts, starts + sizes) of the current grid into the
+   C-ordered device buffer `buf` (put = 0), or `buf` into the box (put =
+   1); returns when done. */
+cs_status
+cs_cuda_session_copy(cs_cuda_session *x, const ptrdiff_t starts[3],
+                     const ptrdiff_t sizes[3], void *buf, int put,
+                     char *err, size_t err_len);
+
 cs_status
 cs_cuda_session_close(cs_cuda_session *x, const cs_darray *out,
                       int *nonfinite, char *err, size_t err_len);

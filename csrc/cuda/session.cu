@@ -189,6 +189,47 @@ cs_cuda_session_view(const cs_cuda_session *x, cs_darray *view,
 }
 
 cs_status
+cs_cuda_session_copy(cs_cuda_session *x, const ptrdiff_t starts[3],
+                     const ptrdiff_t sizes[3], void *buf, int put,
+                     char *err, size_t err_len)
+{
+    cs_cuda_ctx *ctx = session_ctx(x, err, err_len);
+    const cs_dgrid *g = &x->L.g[0];
+    for (int a = 0; a < 3; a++) {
+        if (starts[a] < 0 || sizes[a] < 0 || starts[a] > g->n[a] - sizes[a]) {
+            cs_cuda_message(ctx, "the box at %td, %td, %td of %td x %td x "
+                                 "%td is not in the %td x %td x %td grid",
+                            starts[0], starts[1], starts[2], sizes[0],
+                            sizes[1], sizes[2], g->n[0], g->n[1], g->n[2]);
+            return CS_ERR_INVALID;
+        }
+    }
+    if (sizes[0] == 0 || sizes[1] == 0 || sizes[2] == 0) {
+        return CS_OK;
+    }
+    /* the grid's planes are whole numbers of rows: one pitched 3D copy */
+    const size_t row = sizeof(double);
+    cudaPitchedPtr grid = make_cudaPitchedPtr(
+        g->origin + starts[0] * g->plane + starts[1] * g->pitch + starts[2],
+        (size_t)g->pitch * row, (size_t)sizes[2] * row,
+        (size_t)(g->plane / g->pitch));
+    cudaPitchedPtr box = make_cudaPitchedPtr(buf, (size_t)sizes[2] * row,
+                                             (size_t)sizes[2] * row,
+                                             (size_t)sizes[1]);
+    cudaMemcpy3DParms p;
+    memset(&p, 0, sizeof(p));
+    p.srcPtr = put ? box : grid;
+    p.dstPtr = put ? grid : box;
+    p.extent = make_cudaExtent((size_t)sizes[2] * row, (size_t)sizes[1],
+                               (size_t)sizes[0]);
+    p.kind = cudaMemcpyDeviceToDevice;
+    CS_TRY(check(ctx, cudaMemcpy3DAsync(&p, ctx->stream),
+                 "cudaMemcpy3DAsync (session box)"));
+    return check(ctx, cudaStreamSynchronize(ctx->stream),
+                 "cudaStreamSynchronize (session box)");
+}
+
+cs_status
 cs_cuda_session_close(cs_cuda_session *x, const cs_darray *out,
                       int *nonfinite, char *err, size_t err_len)
 {

@@ -228,6 +228,20 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
     memcpy(dst, src, bytes);
     return cudaSuccess;
 }
+cudaError_t cudaMemcpy3DAsync(const cudaMemcpy3DParms *p, cudaStream_t) {
+    // pitched pointers only, as the engine uses them
+    for (size_t z = 0; z < p->extent.depth; z++)
+        for (size_t y = 0; y < p->extent.height; y++) {
+            const char *src = (const char *)p->srcPtr.ptr
+                + ((p->srcPos.z + z) * p->srcPtr.ysize + p->srcPos.y + y)
+                      * p->srcPtr.pitch + p->srcPos.x;
+            char *dst = (char *)p->dstPtr.ptr
+                + ((p->dstPos.z + z) * p->dstPtr.ysize + p->dstPos.y + y)
+                      * p->dstPtr.pitch + p->dstPos.x;
+            memcpy(dst, src, p->extent.width);
+        }
+    return cudaSuccess;
+}
 static int streams_alive = 0;
 int cs_emu_streams_alive(void) { return streams_alive; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {

@@ -495,6 +495,28 @@ static void session_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
             const double put = 2.0 + r;
             memcpy((char *)v.data + z * v.strides[0] + y * v.strides[1] + xx * v.strides[2], &put, 8);
             ref[(z * ny + y) * nx + xx] = put;
+            // a box out (checked against the reference) and one in (two
+            // rows of the last plane; the first two columns of every row)
+            const ptrdiff_t rows = ny < 2 ? ny : 2, cols = nx < 2 ? nx : 2;
+            const ptrdiff_t out_at[3] = {nz - 1, ny - rows, 0}, out_n[3] = {1, rows, nx};
+            const ptrdiff_t in_at[3] = {0, 0, 0}, in_n[3] = {nz, ny, cols};
+            std::vector<double> box(nz * ny * nx);
+            void *dbox = nullptr;
+            cudaMalloc(&dbox, box.size() * 8);
+            if (st == CS_OK) st = cs_cuda_session_copy(x, out_at, out_n, dbox, 0, err, sizeof err);
+            memcpy(box.data(), dbox, rows * nx * 8);
+            for (ptrdiff_t yy = 0; yy < rows; yy++)
+                for (ptrdiff_t c = 0; c < nx; c++)
+                    ok = ok && std::fabs(box[yy * nx + c]
+                                         - ref[((nz - 1) * ny + ny - rows + yy) * nx + c]) <= 1e-12;
+            for (ptrdiff_t i = 0; i < nz * ny * cols; i++) box[i] = urand();
+            memcpy(dbox, box.data(), nz * ny * cols * 8);
+            if (st == CS_OK) st = cs_cuda_session_copy(x, in_at, in_n, dbox, 1, err, sizeof err);
+            for (ptrdiff_t zz = 0; zz < nz; zz++)
+                for (ptrdiff_t yy = 0; yy < ny; yy++)
+                    for (ptrdiff_t c = 0; c < cols; c++)
+                        ref[(zz * ny + yy) * nx + c] = box[(zz * ny + yy) * cols + c];
+            cudaFree(dbox);
         }
         if (st == CS_OK) st = cs_cuda_session_close(x, &o, &nonfinite, err, sizeof err);
         double num = 0, den = 0;
