@@ -380,3 +380,68 @@ def test_nccl_unique_id_keeps_its_zero_bytes():
     assert _nccl.id_bytes(_nccl.id_from_bytes(data)) == data
     with pytest.raises(ValueError, match="128 bytes"):
         _nccl.id_from_bytes(data[:9])
+
+
+class _OneRank:
+    """A communicator of one rank, for the votes of the session loop."""
+
+    def allreduce(self, value, op=None):
+        return value
+
+    def allgather(self, value):
+        return [value]
+
+
+def test_session_rounds_drive_an_engine_session(monkeypatch):
+    """Without a GPU: the session loop opens one session on the first
+    padded block, and each round exchanges through the session's grid
+    (its boxes packed and unpacked by the session) and then runs; the
+    store goes to the second block; a non-finite result is reported."""
+    from convstencil.distributed import _device_blocks, _run
+    log = []
+
+    class FakeCore:
+        def session_open(self, ptr, strides, shape, w, k, mode, cval, path):
+            log.append(("open", ptr, strides, shape, k))
+            return "handle"
+
+        def session_view(self, handle):
+            return 4096, (0, 8 * 40, 8), (1, 12, 30)  # rows padded to 40
+
+        def session_copy(self, handle, starts, sizes, ptr, put):
+            log.append(("put" if put else "get", starts, sizes, ptr))
+
+        def session_run(self, handle):
+            log.append("run")
+
+        def session_close(self, handle, ptr, strides):
+            log.append(("close", ptr, strides))
+            return nonfinite[0]
+
+    class Link:
+        def exchange(self, grid):
+            assert grid.shape == (12, 30) and grid.strides == (320, 8)
+            assert not _device_blocks.is_contiguous((2, 30), grid.strides)
+            _device_blocks.pack(grid, (2, 0), (2, 30),
+                                types.SimpleNamespace(ptr=7))
+            _device_blocks.unpack(types.SimpleNamespace(ptr=8), grid,
+                                  (0, 0), (2, 30))
+
+    monkeypatch.setattr(_run, "_core", FakeCore())
+    pads = [types.SimpleNamespace(ptr=100, shape=(12, 30)),
+            types.SimpleNamespace(ptr=200, shape=(12, 30))]
+    d = types.SimpleNamespace(comm=_OneRank())
+    w = convstencil.Stencil("heat2d").weights
+    times = dict(exchange=0.0, compute=0.0)
+    nonfinite = [False]
+    path = _run._session_rounds(d, pads, Link(), w, 3, 2, "wrap", 0.0,
+                                "cuda", times)
+    assert path in ("tensor-core", "cuda-core")
+    assert log[0] == ("open", 100, (0, 240, 8), (1, 12, 30), 3)
+    round_ = [("get", (0, 2, 0), (1, 2, 30), 7),
+              ("put", (0, 0, 0), (1, 2, 30), 8), "run"]
+    assert log[1:] == round_ + round_ + [("close", 200, (0, 240, 8))]
+    nonfinite[0] = True
+    log.clear()
+    assert _run._session_rounds(d, pads, Link(), w, 3, 1, "wrap", 0.0,
+                                "cuda", times) is None

@@ -264,6 +264,16 @@ class _Session:
                            (1,) * (3 - self.ndim) + tuple(sizes), buf.ptr,
                            put)
 
+    def run(self):
+        _core.session_run(self.handle)
+
+    def close(self, out):
+        """Store into the DeviceArray `out`; True where a value was not
+        finite (the rounds must run again without a session)."""
+        return _core.session_close(self.handle, out.ptr,
+                                   (0,) * (3 - self.ndim)
+                                   + _device_blocks.c_strides(out.shape))
+
 
 class _SessionGrid(_device_blocks.StridedView):
     """A session's current grid, as the transports see a padded block."""
@@ -274,16 +284,6 @@ class _SessionGrid(_device_blocks.StridedView):
     def unpack(self, buf, starts, sizes):
         # the transports left buf complete on the legacy default stream
         self.base.copy(starts, sizes, buf, True)
-
-    def run(self):
-        _core.session_run(self.handle)
-
-    def close(self, out):
-        """Store into the DeviceArray `out`; True where a value was not
-        finite (the rounds must run again without a session)."""
-        return _core.session_close(self.handle, out.ptr,
-                                   (0,) * (3 - self.ndim)
-                                   + _device_blocks.c_strides(out.shape))
 
 
 def _use_session(d, plan, k, steps):
