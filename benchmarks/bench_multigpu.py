@@ -68,7 +68,7 @@ def _random_block(shape, seed):
     return block
 
 
-def _timed(comm, d, preset, steps, halo_steps, repeat):
+def _timed(comm, d, preset, steps, halo_steps, repeat, **kw):
     """(median seconds, the median run's info) of one distributed apply."""
     import convstencil.distributed as csd
     runs = []
@@ -76,7 +76,7 @@ def _timed(comm, d, preset, steps, halo_steps, repeat):
         comm.Barrier()
         t0 = time.perf_counter()
         out = csd.apply(d, preset, steps=steps, mode="wrap",
-                        halo_steps=halo_steps)
+                        halo_steps=halo_steps, **kw)
         comm.Barrier()
         seconds = time.perf_counter() - t0
         if i:  # the first is the warm-up
@@ -107,6 +107,7 @@ def _record(comm, kind, preset, block, shape, steps, seconds, info,
             "exchange_seconds_per_round": exchange / rounds,
             "bytes_per_exchange": info["bytes_sent"] // rounds,
             "transport": info["transport"], "path": info["path"],
+            "session": info.get("session"),
             "devices": comm.allgather(info["device"])}
 
 
@@ -140,6 +141,10 @@ def worker(args):
                 kind=kind, preset=preset, gpus=1, block=list(extent),
                 grid=list(shape), call_overhead=True, **overhead)),
                 flush=True)
+        if args.self_exchange:
+            if kind == "weak":
+                _self_exchange(comm, d, preset, extent, shape, steps, args)
+            continue
         forced = [None] + ([k for k in SWEEP if k <= steps] if size > 1
                            else [])
         for halo_steps in forced:
@@ -151,6 +156,21 @@ def worker(args):
             if rank == 0:
                 print("RESULT " + json.dumps(record), flush=True)
         del d
+
+
+def _self_exchange(comm, d, preset, extent, shape, steps, args):
+    """One GPU exchanging with itself (wrap, axis 0 through NCCL) at the
+    model's k: the rounds of an engine session against one engine call
+    per round (CONVSTENCIL_DISTRIBUTED_SESSION=0)."""
+    for session in (True, False):
+        os.environ["CONVSTENCIL_DISTRIBUTED_SESSION"] = "1" if session else "0"
+        seconds, info = _timed(comm, d, preset, steps, None, args.repeat,
+                               self_exchange=True)
+        record = _record(comm, "self-exchange", preset, extent, shape, steps,
+                         seconds, info, None)
+        if comm.Get_rank() == 0:
+            print("RESULT " + json.dumps(record), flush=True)
+    os.environ.pop("CONVSTENCIL_DISTRIBUTED_SESSION")
 
 
 def _call_overhead(block, preset, repeat, steps=64):
@@ -211,7 +231,8 @@ def drive(args):
         command = ["mpiexec", "-n", str(n), sys.executable,
                    os.path.abspath(__file__), "--worker", "--repeat",
                    str(args.repeat), "--backend", args.backend] + (
-                       ["--quick"] if args.quick else [])
+                       ["--quick"] if args.quick else []) + (
+                       ["--self-exchange"] if args.self_exchange else [])
         done = subprocess.run(command, env=env, capture_output=True,
                               text=True, timeout=args.timeout)
         for line in done.stdout.splitlines():
@@ -223,9 +244,13 @@ def drive(args):
                                             done.stdout[-4000:],
                                             done.stderr[-4000:]))
     overheads = [r for r in records if r.get("call_overhead")]
-    records = [r for r in records if not r.get("call_overhead")]
+    selfx = [r for r in records if r.get("kind") == "self-exchange"]
+    records = [r for r in records if not r.get("call_overhead")
+               and r.get("kind") != "self-exchange"]
     summarise(records)
-    markdown = table(records) + overhead_table(overheads)
+    markdown = (table(records) + overhead_table(overheads)
+                + self_exchange_table(selfx))
+    records += selfx
     print(markdown)
     if args.save:
         save(args, records, markdown, overheads)
@@ -296,6 +321,23 @@ def table(records):
     return "\n".join(rows) + "\n"
 
 
+def self_exchange_table(records):
+    if not records:
+        return ""
+    rows = ["", "One GPU exchanging with itself (wrap; axis 0's ghosts "
+            "through NCCL), the model's k, rounds in an engine session or "
+            "one engine call each:", "",
+            "| preset | block | steps | k | rounds | session | s/step | "
+            "exchange per round |", "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        rows.append("| %s | %s | %d | %s | %d | %s | %.3f ms | %.0f us |" % (
+            r["preset"], "x".join(map(str, r["grid"])), r["steps"],
+            r["halo_steps"], r["rounds"], "yes" if r["session"] else "no",
+            1e3 * r["seconds_per_step"],
+            1e6 * r["exchange_seconds_per_round"]))
+    return "\n".join(rows) + "\n"
+
+
 def overhead_table(overheads):
     if not overheads:
         return ""
@@ -350,6 +392,10 @@ def main():
                         help="small grids: a check of the harness, not "
                              "figures")
     parser.add_argument("--timeout", type=int, default=1200)
+    parser.add_argument("--self-exchange", action="store_true",
+                        help="one GPU exchanging with itself: the rounds "
+                             "with and without an engine session (weak "
+                             "cases' blocks)")
     parser.add_argument("--backend", default="cuda",
                         choices=["cuda", "cpu"],
                         help="cpu: blocks in host memory, to check the "

@@ -349,6 +349,44 @@ parse_triple(PyObject *t, const char *what, ptrdiff_t v[3])
 }
 #endif
 
+#ifdef CS_HAVE_CUDA
+/* A device call's kernel from `weights` (C-contiguous float64, 1 to 3
+   odd axes, finite); -1 with an exception otherwise. */
+static int
+device_kernel(PyArrayObject *weights, cs_kernel *kernel)
+{
+    if (!is_float64_carray(weights) || PyArray_NDIM(weights) < 1
+        || PyArray_NDIM(weights) > 3) {
+        PyErr_SetString(PyExc_TypeError, "weights must be a C-contiguous "
+                                         "float64 array of 1 to 3 axes");
+        return -1;
+    }
+    ptrdiff_t ksize[3] = {1, 1, 1};
+    const int ndim = PyArray_NDIM(weights);
+    for (int a = 0; a < ndim; a++) {
+        ksize[a] = PyArray_DIM(weights, a);
+        if (ksize[a] % 2 == 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "weights must have an odd size on every axis");
+            return -1;
+        }
+    }
+    const double *wv = PyArray_DATA(weights);
+    for (npy_intp i = 0; i < PyArray_SIZE(weights); i++) {
+        if (!isfinite(wv[i])) {
+            PyErr_SetString(PyExc_ValueError, "weights must be finite");
+            return -1;
+        }
+    }
+    cs_status status = cs_kernel_init(kernel, ndim, ksize, wv);
+    if (status != CS_OK) {
+        raise_status(status, "cuda", NULL);
+        return -1;
+    }
+    return 0;
+}
+#endif
+
 PyDoc_STRVAR(run_device_doc,
 "run_device(in_ptr, in_dtype, in_strides, out_ptr, out_strides, shape,\n"
 "           weights, steps, mode, cval, path, wait0, wait1, run_stream,\n"
@@ -380,16 +418,10 @@ run_device(PyObject *self, PyObject *args)
         return NULL;
     }
 #ifdef CS_HAVE_CUDA
-    ptrdiff_t in_strides[3], out_strides[3], shape[3], ksize[3] = {1, 1, 1};
+    ptrdiff_t in_strides[3], out_strides[3], shape[3];
     if (parse_triple(in_strides_obj, "in_strides", in_strides) < 0
         || parse_triple(out_strides_obj, "out_strides", out_strides) < 0
         || parse_triple(shape_obj, "shape", shape) < 0) {
-        goto exit;
-    }
-    if (!is_float64_carray(weights) || PyArray_NDIM(weights) < 1
-        || PyArray_NDIM(weights) > 3) {
-        PyErr_SetString(PyExc_TypeError, "weights must be a C-contiguous "
-                                         "float64 array of 1 to 3 axes");
         goto exit;
     }
     if (steps < 0 || mode < 0 || mode >= CS_MODE_COUNT || in_dtype < 0
@@ -400,27 +432,10 @@ run_device(PyObject *self, PyObject *args)
                         "empty shape");
         goto exit;
     }
-    const int ndim = PyArray_NDIM(weights);
-    for (int a = 0; a < ndim; a++) {
-        ksize[a] = PyArray_DIM(weights, a);
-        if (ksize[a] % 2 == 0) {
-            PyErr_SetString(PyExc_ValueError,
-                            "weights must have an odd size on every axis");
-            goto exit;
-        }
-    }
-    const double *wv = PyArray_DATA(weights);
-    for (npy_intp i = 0; i < PyArray_SIZE(weights); i++) {
-        if (!isfinite(wv[i])) {
-            PyErr_SetString(PyExc_ValueError, "weights must be finite");
-            goto exit;
-        }
-    }
-    cs_status status = cs_kernel_init(&kernel, ndim, ksize, wv);
-    if (status != CS_OK) {
-        raise_status(status, "cuda", NULL);
+    if (device_kernel(weights, &kernel) < 0) {
         goto exit;
     }
+    cs_status status;
     cs_darray in = {(void *)(uintptr_t)in_ptr, (cs_dtype)in_dtype,
                     {in_strides[0], in_strides[1], in_strides[2]}};
     cs_darray out = {(void *)(uintptr_t)out_ptr, CS_DTYPE_FLOAT64,
@@ -455,6 +470,257 @@ run_device(PyObject *self, PyObject *args)
 exit:
     cs_kernel_free(&kernel);
     return result;
+}
+
+/* ---- sessions: a grid kept in the engine's layout across calls ---- */
+
+#define SESSION_CAPSULE "convstencil._core.session"
+
+#ifdef CS_HAVE_CUDA
+/* The capsule's payload: the session, NULL once closed. */
+typedef struct session_box {
+    cs_cuda_session *x;
+} session_box;
+
+static void
+session_capsule_free(PyObject *capsule)
+{
+    session_box *box = PyCapsule_GetPointer(capsule, SESSION_CAPSULE);
+    if (box != NULL) {
+        cs_cuda_session_free(box->x);
+        PyMem_Free(box);
+    }
+}
+
+/* The open session of a capsule; NULL with an exception otherwise. */
+static cs_cuda_session *
+open_session(PyObject *capsule)
+{
+    session_box *box = PyCapsule_GetPointer(capsule, SESSION_CAPSULE);
+    if (box == NULL) {
+        return NULL;
+    }
+    if (box->x == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the session is closed");
+    }
+    return box->x;
+}
+#endif
+
+PyDoc_STRVAR(session_open_doc,
+"session_open(in_ptr, in_strides, shape, weights, round_steps, mode,\n"
+"             cval, path) -> session\n"
+"\n"
+"Load the float64 device grid at in_ptr (byte strides and shape 3D,\n"
+"leading unit axes; 2D and 3D grids) into the engine's own layout, to\n"
+"be advanced in rounds of round_steps (session_run), read and written\n"
+"between rounds (session_view) and stored once (session_close).  On\n"
+"the current device, which must stay current.");
+
+static PyObject *
+session_open(PyObject *self, PyObject *args)
+{
+    unsigned long long in_ptr;
+    PyObject *strides_obj, *shape_obj;
+    PyArrayObject *weights;
+    long steps;
+    int mode, path;
+    double cval;
+    if (!PyArg_ParseTuple(args, "KOOO!lidi:session_open", &in_ptr,
+                          &strides_obj, &shape_obj, &PyArray_Type, &weights,
+                          &steps, &mode, &cval, &path)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    ptrdiff_t strides[3], shape[3];
+    if (parse_triple(strides_obj, "in_strides", strides) < 0
+        || parse_triple(shape_obj, "shape", shape) < 0) {
+        return NULL;
+    }
+    if (steps < 1 || mode < 0 || mode >= CS_MODE_COUNT || shape[0] < 1
+        || shape[1] < 1 || shape[2] < 1) {
+        PyErr_SetString(PyExc_ValueError, "round_steps < 1, an unknown "
+                                          "mode, or an empty shape");
+        return NULL;
+    }
+    cs_kernel kernel = {0};
+    if (device_kernel(weights, &kernel) < 0) {
+        return NULL;
+    }
+    session_box *box = PyMem_Malloc(sizeof(*box));
+    if (box == NULL) {
+        cs_kernel_free(&kernel);
+        return PyErr_NoMemory();
+    }
+    box->x = NULL;
+    cs_darray in = {(void *)(uintptr_t)in_ptr, CS_DTYPE_FLOAT64,
+                    {strides[0], strides[1], strides[2]}};
+    char detail[512] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_session_open(&in, shape, &kernel, (cs_mode)mode, cval,
+                                  steps, (cs_cuda_path)path, &box->x, detail,
+                                  sizeof(detail));
+    Py_END_ALLOW_THREADS
+    cs_kernel_free(&kernel);
+    if (status != CS_OK) {
+        PyMem_Free(box);
+        raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(box, SESSION_CAPSULE,
+                                      session_capsule_free);
+    if (capsule == NULL) {
+        cs_cuda_session_free(box->x);
+        PyMem_Free(box);
+    }
+    return capsule;
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
+PyDoc_STRVAR(session_run_doc,
+"session_run(session)\n"
+"\n"
+"One round: the session's plan on its grid (returns when done).");
+
+static PyObject *
+session_run(PyObject *self, PyObject *capsule)
+{
+#ifdef CS_HAVE_CUDA
+    cs_cuda_session *x = open_session(capsule);
+    if (x == NULL) {
+        return NULL;
+    }
+    char detail[512] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_session_run(x, detail, sizeof(detail));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
+PyDoc_STRVAR(session_view_doc,
+"session_view(session) -> (ptr, strides, shape)\n"
+"\n"
+"The current grid's interior as a float64 device array (byte strides\n"
+"and shape, 3D), valid until the next session call.");
+
+static PyObject *
+session_view(PyObject *self, PyObject *capsule)
+{
+#ifdef CS_HAVE_CUDA
+    cs_cuda_session *x = open_session(capsule);
+    if (x == NULL) {
+        return NULL;
+    }
+    cs_darray view;
+    ptrdiff_t shape[3];
+    cs_cuda_session_view(x, &view, shape);
+    return Py_BuildValue("K(nnn)(nnn)", (unsigned long long)(uintptr_t)
+                         view.data, view.strides[0], view.strides[1],
+                         view.strides[2], shape[0], shape[1], shape[2]);
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
+PyDoc_STRVAR(session_copy_doc,
+"session_copy(session, starts, sizes, buf_ptr, put)\n"
+"\n"
+"Copy the box at `starts` (3D, leading zeros) with extents `sizes` of\n"
+"the current grid into the C-ordered float64 device buffer at buf_ptr,\n"
+"or (put) the buffer into the box; returns when done.");
+
+static PyObject *
+session_copy(PyObject *self, PyObject *args)
+{
+    PyObject *capsule, *starts_obj, *sizes_obj;
+    unsigned long long buf;
+    int put;
+    if (!PyArg_ParseTuple(args, "OOOKp:session_copy", &capsule, &starts_obj,
+                          &sizes_obj, &buf, &put)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    cs_cuda_session *x = open_session(capsule);
+    ptrdiff_t starts[3], sizes[3];
+    if (x == NULL || parse_triple(starts_obj, "starts", starts) < 0
+        || parse_triple(sizes_obj, "sizes", sizes) < 0) {
+        return NULL;
+    }
+    char detail[512] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_session_copy(x, starts, sizes, (void *)(uintptr_t)buf,
+                                  put, detail, sizeof(detail));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
+PyDoc_STRVAR(session_close_doc,
+"session_close(session, out_ptr, out_strides) -> nonfinite\n"
+"\n"
+"Store the grid into the float64 device array at out_ptr and end the\n"
+"session.  True when the input or the result held NaN or infinity:\n"
+"the result is then not exact on tensor cores; run again without a\n"
+"session.");
+
+static PyObject *
+session_close(PyObject *self, PyObject *args)
+{
+    PyObject *capsule, *strides_obj;
+    unsigned long long out_ptr;
+    if (!PyArg_ParseTuple(args, "OKO:session_close", &capsule, &out_ptr,
+                          &strides_obj)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    cs_cuda_session *x = open_session(capsule);
+    ptrdiff_t strides[3];
+    if (x == NULL || parse_triple(strides_obj, "out_strides", strides) < 0) {
+        return NULL;
+    }
+    cs_darray out = {(void *)(uintptr_t)out_ptr, CS_DTYPE_FLOAT64,
+                     {strides[0], strides[1], strides[2]}};
+    char detail[512] = "";
+    int nonfinite = 0;
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_session_close(x, &out, &nonfinite, detail,
+                                   sizeof(detail));
+    Py_END_ALLOW_THREADS
+    session_box *box = PyCapsule_GetPointer(capsule, SESSION_CAPSULE);
+    cs_cuda_session_free(x);
+    box->x = NULL;
+    if (status != CS_OK) {
+        raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    return PyBool_FromLong(nonfinite);
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
 }
 
 /* A host array argument: C-contiguous, and writeable when it is written. */
@@ -774,6 +1040,11 @@ static PyMethodDef core_methods[] = {
     {"cuda_current_device", cuda_current_device, METH_NOARGS,
      cuda_current_device_doc},
     {"cuda_set_device", cuda_set_device, METH_VARARGS, cuda_set_device_doc},
+    {"session_open", session_open, METH_VARARGS, session_open_doc},
+    {"session_run", session_run, METH_O, session_run_doc},
+    {"session_view", session_view, METH_O, session_view_doc},
+    {"session_copy", session_copy, METH_VARARGS, session_copy_doc},
+    {"session_close", session_close, METH_VARARGS, session_close_doc},
     {"cuda_stream_synchronize", cuda_stream_synchronize, METH_VARARGS,
      cuda_stream_synchronize_doc},
     {NULL, NULL, 0, NULL}

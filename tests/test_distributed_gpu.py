@@ -137,6 +137,46 @@ def test_every_preset_and_mode_equals_one_gpu(comm, shared_rng, preset,
         assert_close(out, ref, dict(ctx, against="cpu"))
 
 
+@pytest.mark.parametrize("preset,shape", [("heat2d", (203, 157)),
+                                          ("box2d49p", (96, 101)),
+                                          ("heat3d", (37, 29, 34))])
+@pytest.mark.parametrize("mode", ["wrap", "reflect"])
+def test_session_rounds_equal_calls(comm, shared_rng, monkeypatch, preset,
+                                    shape, mode):
+    """2D and 3D device blocks keep their grid in an engine session for
+    the whole rounds (no load and store per round): the same arithmetic
+    as one engine call per round, so the same bits; the rounds left over
+    run as calls after it."""
+    u = shared_rng.uniform(-1, 1, shape)
+    steps, k = 17, 4  # 4 session rounds, then one of 1 step
+    out, d1 = _run(comm, u, preset, mode, steps, halo_steps=k)
+    monkeypatch.setenv("CONVSTENCIL_DISTRIBUTED_SESSION", "0")
+    calls, d2 = _run(comm, u, preset, mode, steps, halo_steps=k)
+    assert d2.info["session"] is False
+    # one rank exchanges nothing: one call, no rounds, no session
+    assert d1.info["session"] is (d1.info["halo_steps"] is not None)
+    if comm.Get_rank() == 0:
+        np.testing.assert_array_equal(out, calls)
+        assert_close(out, cs.apply(u, preset, steps=steps, mode=mode,
+                                   cval=0.25, backend="cpu"))
+
+
+def test_session_with_nan_runs_again_as_calls(comm, shared_rng):
+    """A NaN in the grid: the session reports it when it stores, and the
+    rounds run again one call each (the masked path keeps NaN where
+    SciPy does), as the single-process engine does."""
+    u = shared_rng.uniform(-1, 1, (130, 97))
+    u[40, 50] = np.nan
+    out, d1 = _run(comm, u, "heat2d", "wrap", 12, halo_steps=3)
+    assert d1.info["session"] is False
+    if comm.Get_rank() == 0:
+        ref = cs.apply(u, "heat2d", steps=12, mode="wrap", cval=0.25,
+                       backend="cpu")
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+        finite = ~np.isnan(ref)
+        assert_close(np.where(finite, out, 0.0), np.where(finite, ref, 0.0))
+
+
 def test_device_argument(comm, shared_rng):
     """device= puts this rank's block on that GPU; a GPU that is not
     visible is a ValueError on every rank."""

@@ -327,13 +327,18 @@ def test_nccl_messages_match_in_order(monkeypatch):
 
 def test_slabs_move_in_place_only_where_contiguous():
     """Axis 0's slabs span whole rows of a C-ordered block: they move
-    without packing; a later axis's only where every axis before it is 1."""
-    from convstencil.distributed._transport import _contiguous_slabs
-    assert _contiguous_slabs((20, 30), 0)
-    assert not _contiguous_slabs((20, 30), 1)
-    assert _contiguous_slabs((1, 30), 1)
-    assert not _contiguous_slabs((4, 5, 6), 2)
-    assert _contiguous_slabs((1, 1, 6), 2)
+    without packing; a later axis's only where every axis before it is 1;
+    none of an engine session's grid, whose rows are padded."""
+    from convstencil.distributed._device_blocks import (c_strides,
+                                                        is_contiguous)
+    c = c_strides((20, 30))
+    assert is_contiguous((3, 30), c)          # axis 0's slab
+    assert not is_contiguous((20, 3), c)      # axis 1's
+    assert is_contiguous((1, 3), c_strides((1, 30)))
+    assert not is_contiguous((4, 5, 2), c_strides((4, 5, 6)))
+    assert is_contiguous((1, 1, 6), c_strides((1, 1, 6)))
+    assert not is_contiguous((3, 30), (8 * 40, 8))  # rows of 40, 30 used
+    assert is_contiguous((1, 30), (8 * 40, 8))
     # a slab of axis 0 is one run of memory: the owned rows next to it
     d = _grid((12, 10), (2, 1), 0)
     plan, _ = _plan.make_plan(d, (3, 3), "wrap", 4, 2, 5)
@@ -375,3 +380,68 @@ def test_nccl_unique_id_keeps_its_zero_bytes():
     assert _nccl.id_bytes(_nccl.id_from_bytes(data)) == data
     with pytest.raises(ValueError, match="128 bytes"):
         _nccl.id_from_bytes(data[:9])
+
+
+class _OneRank:
+    """A communicator of one rank, for the votes of the session loop."""
+
+    def allreduce(self, value, op=None):
+        return value
+
+    def allgather(self, value):
+        return [value]
+
+
+def test_session_rounds_drive_an_engine_session(monkeypatch):
+    """Without a GPU: the session loop opens one session on the first
+    padded block, and each round exchanges through the session's grid
+    (its boxes packed and unpacked by the session) and then runs; the
+    store goes to the second block; a non-finite result is reported."""
+    from convstencil.distributed import _device_blocks, _run
+    log = []
+
+    class FakeCore:
+        def session_open(self, ptr, strides, shape, w, k, mode, cval, path):
+            log.append(("open", ptr, strides, shape, k))
+            return "handle"
+
+        def session_view(self, handle):
+            return 4096, (0, 8 * 40, 8), (1, 12, 30)  # rows padded to 40
+
+        def session_copy(self, handle, starts, sizes, ptr, put):
+            log.append(("put" if put else "get", starts, sizes, ptr))
+
+        def session_run(self, handle):
+            log.append("run")
+
+        def session_close(self, handle, ptr, strides):
+            log.append(("close", ptr, strides))
+            return nonfinite[0]
+
+    class Link:
+        def exchange(self, grid):
+            assert grid.shape == (12, 30) and grid.strides == (320, 8)
+            assert not _device_blocks.is_contiguous((2, 30), grid.strides)
+            _device_blocks.pack(grid, (2, 0), (2, 30),
+                                types.SimpleNamespace(ptr=7))
+            _device_blocks.unpack(types.SimpleNamespace(ptr=8), grid,
+                                  (0, 0), (2, 30))
+
+    monkeypatch.setattr(_run, "_core", FakeCore())
+    pads = [types.SimpleNamespace(ptr=100, shape=(12, 30)),
+            types.SimpleNamespace(ptr=200, shape=(12, 30))]
+    d = types.SimpleNamespace(comm=_OneRank())
+    w = convstencil.Stencil("heat2d").weights
+    times = dict(exchange=0.0, compute=0.0)
+    nonfinite = [False]
+    path = _run._session_rounds(d, pads, Link(), w, 3, 2, "wrap", 0.0,
+                                "cuda", times)
+    assert path in ("tensor-core", "cuda-core")
+    assert log[0] == ("open", 100, (0, 240, 8), (1, 12, 30), 3)
+    round_ = [("get", (0, 2, 0), (1, 2, 30), 7),
+              ("put", (0, 0, 0), (1, 2, 30), 8), "run"]
+    assert log[1:] == round_ + round_ + [("close", 200, (0, 240, 8))]
+    nonfinite[0] = True
+    log.clear()
+    assert _run._session_rounds(d, pads, Link(), w, 3, 1, "wrap", 0.0,
+                                "cuda", times) is None

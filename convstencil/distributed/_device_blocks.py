@@ -47,16 +47,52 @@ def c_strides(shape):
     return tuple(reversed(strides))
 
 
+def strides_of(base):
+    """Byte strides of a DeviceArray (C order) or a StridedView."""
+    strides = getattr(base, "strides", None)
+    return tuple(strides) if strides is not None else c_strides(base.shape)
+
+
+def is_contiguous(sizes, strides):
+    """Whether a view of `sizes` with byte `strides` is one C-ordered run
+    of memory (axes of extent 1 may have any stride)."""
+    step = 8
+    for n, s in zip(reversed(sizes), reversed(strides)):
+        if n > 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
 def region(base, starts, sizes, stream=None):
-    """The view of `base` (C-contiguous float64 on the device) at
-    `starts` with extents `sizes`."""
-    strides = c_strides(base.shape)
+    """The view of `base` (a float64 DeviceArray, or a StridedView of a
+    grid such as an engine session's) at `starts` with extents `sizes`."""
+    strides = strides_of(base)
     ptr = base.ptr + sum(s * st for s, st in zip(starts, strides))
     return StridedView(base, ptr, sizes, strides, stream)
 
 
 def whole(base, stream=None):
     return region(base, (0,) * len(base.shape), base.shape, stream)
+
+
+def pack(base, starts, sizes, buf):
+    """buf (a contiguous DeviceArray) = base's box at `starts`, `sizes`;
+    returns when done.  A grid that packs itself (an engine session's)
+    does; any other goes through a zero-step engine call."""
+    if hasattr(base, "pack"):
+        base.pack(starts, sizes, buf)
+    else:
+        copy(region(base, starts, sizes), buf)
+
+
+def unpack(buf, base, starts, sizes):
+    """base's box at `starts`, `sizes` = buf, which a transport filled on
+    the legacy default stream (waited for before reading)."""
+    if hasattr(base, "unpack"):
+        base.unpack(buf, starts, sizes)
+    else:
+        copy(whole(buf, stream=1), region(base, starts, sizes))
 
 
 def copy(src, dst):

@@ -211,6 +211,10 @@ _COSTS = {
                call_point=16 / 2.5e12, tap_point=8 / 2.5e12 / 5),
 }
 
+# A slab's pack or unpack between a session's grid and its message buffer
+# (a zero-step engine call, returning when done: launch and wait).
+COPY_SECONDS = 20e-6
+
 # The fraction of the copy bandwidth an engine call's load and store of a
 # device array reach: fitted to one H100 (wall clock of a call minus its
 # step loop, last_run_info()'s device_seconds): 2.06 ms around a heat2d
@@ -254,17 +258,28 @@ def _overlap_compute(shape, depth_sides, k, taps, cost):
     return inner, edge
 
 
-def _device_call_seconds(padded, k, engine):
-    """One engine call of k steps on a padded device block: the engine's
-    plan for it priced by the performance model (explain()'s), plus the
-    load and the store of the block and the round's host latency."""
+def _device_round_seconds(padded, depth_sides, k, engine):
+    """A device round's k steps on the padded block: the engine's plan
+    for them priced by the performance model (explain()'s) and the
+    round's host latency.  2D and 3D blocks stay in an engine session
+    for the run (_run.py), so a round also packs and unpacks its slabs
+    (the session's rows are padded); a 1D block's round is an engine call
+    of its own, which loads and stores the block."""
     from .. import _model
     weights, mode = engine
     seconds = _model.predict_gpu(tuple(padded), weights, mode, k, "auto")[0]
+    if len(padded) > 1:
+        sides = sum(s for _, s in depth_sides)
+        return seconds + _COSTS[True]["call"] + 2 * sides * COPY_SECONDS
+    return seconds + _device_io_seconds(padded) + _COSTS[True]["call"]
+
+
+def _device_io_seconds(padded):
+    """An engine call's load of a device block and its store."""
+    from .. import _model
     rates = _model.gpu_rates()
     points = float(np.prod(padded, dtype=np.float64))
-    return (seconds + 2 * 16.0 * points / (rates["bandwidth"] * IO_FRACTION)
-            + _COSTS[True]["call"])
+    return 2 * 16.0 * points / (rates["bandwidth"] * IO_FRACTION)
 
 
 def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
@@ -281,7 +296,8 @@ def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
     padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
     exchange = _exchange_seconds(padded, depth_sides, k, cost)
     if on_device and engine is not None:
-        return (sum(exchange) + _device_call_seconds(padded, k, engine)) / k
+        return (sum(exchange) + _device_round_seconds(padded, depth_sides, k,
+                                                      engine)) / k
     if not overlap:
         compute = _call_seconds(float(np.prod(padded, dtype=np.float64)),
                                 k, taps, cost)
@@ -311,14 +327,27 @@ def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
     given `k`) and the choice in `overlaps` the cost model predicts
     fastest.  Every rank must pick the same, so the model sees the
     largest block with neighbours on both sides of every ghosted axis.
-    The last round runs what remains of `steps`; its cost is the same
-    for every k to first order, so the model prices steady rounds."""
+    The model prices steady rounds; where the engine's plan prices device
+    rounds (`engine`), the whole run: the rounds an engine session runs,
+    then what remains of `steps` as a call of its own, which loads and
+    stores the block (so k that divide `steps` gain)."""
     sides = [(r, 2 if g else 0) for r, g in zip(radii, ghosted)]
     k_max = max(1, min(k_max, max(steps, 1)))
     shape = [max(e) for e in d.extents]
     ks = [k] if k is not None else candidate_halo_steps(k_max)
-    costs = [(predicted_step_seconds(shape, sides, kk, taps, d.on_device,
-                                     ov, engine), kk, ov)
-             for ov in overlaps for kk in ks]
+
+    def cost(kk, ov):
+        per_step = predicted_step_seconds(shape, sides, kk, taps,
+                                          d.on_device, ov, engine)
+        rest = steps % kk if steps > kk else 0
+        if engine is None or len(shape) == 1 or not rest:
+            return per_step
+        rest_seconds = (predicted_step_seconds(shape, sides, rest, taps,
+                                               True, False, engine) * rest
+                        + _device_io_seconds([n + kk * r * s for n, (r, s)
+                                              in zip(shape, sides)]))
+        return ((steps - rest) * per_step + rest_seconds) / steps
+
+    costs = [(cost(kk, ov), kk, ov) for ov in overlaps for kk in ks]
     _, k, overlap = min(costs, key=lambda c: c[0])
     return k, overlap

@@ -9,12 +9,13 @@ one in place, the engine writes the next one.  Errors on any rank are
 raised on every rank (_agree.py) before the next collective call.
 """
 import hashlib
+import os
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import _apply, _device
+from .. import _apply, _backends, _core, _device, _model
 from .. import apply as _engine_apply
 from .. import last_run_info as _engine_info
 from . import _device_blocks, _overlap, _plan, _transport
@@ -22,6 +23,10 @@ from ._agree import agree, check
 from ._grid import DistributedGrid, _check_grid, use_device
 
 _last_info = {}
+
+# the engine's path argument of a GPU backend name
+_GPU_PATHS = {"cuda": "auto", "cuda-tc": "tensor-core",
+              "cuda-core": "cuda-core"}
 
 
 def info(d=None):
@@ -230,6 +235,95 @@ def _overlapped_round(link, src, dst, n, engine, times, pieces):
         times["compute"] += time.perf_counter() - t3
 
 
+class _Session:
+    """The padded block in the engine's own layout for the whole run
+    (_core.session_*: loaded once, stored once), so that a round costs its
+    exchange and its steps and not a load and a store of the block."""
+
+    def __init__(self, padded, w, k, mode, cval, name):
+        path = _backends.BACKEND_CODES[name][1]
+        strides = _device_blocks.c_strides(padded.shape)
+        self.ndim = len(padded.shape)
+        lead = 3 - self.ndim
+        self.handle = _core.session_open(
+            padded.ptr, (0,) * lead + strides, (1,) * lead + padded.shape,
+            w, k, _apply.MODE_CODES[mode], cval, path)
+        self.path = _model.gpu_plan(padded.shape, w, mode, k,
+                                    _GPU_PATHS[name])["path"]
+
+    def grid(self):
+        """The current grid (its interior) as a strided view that packs
+        and unpacks boxes through the session (one pitched copy each)."""
+        ptr, strides, shape = _core.session_view(self.handle)
+        lead = 3 - self.ndim
+        return _SessionGrid(self, ptr, shape[lead:], strides[lead:])
+
+    def copy(self, starts, sizes, buf, put):
+        lead = (0,) * (3 - self.ndim)
+        _core.session_copy(self.handle, lead + tuple(starts),
+                           (1,) * (3 - self.ndim) + tuple(sizes), buf.ptr,
+                           put)
+
+    def run(self):
+        _core.session_run(self.handle)
+
+    def close(self, out):
+        """Store into the DeviceArray `out`; True where a value was not
+        finite (the rounds must run again without a session)."""
+        return _core.session_close(self.handle, out.ptr,
+                                   (0,) * (3 - self.ndim)
+                                   + _device_blocks.c_strides(out.shape))
+
+
+class _SessionGrid(_device_blocks.StridedView):
+    """A session's current grid, as the transports see a padded block."""
+
+    def pack(self, starts, sizes, buf):
+        self.base.copy(starts, sizes, buf, False)
+
+    def unpack(self, buf, starts, sizes):
+        # the transports left buf complete on the legacy default stream
+        self.base.copy(starts, sizes, buf, True)
+
+
+def _use_session(d, plan, k, steps):
+    """Device blocks of 2D and 3D grids with at least two whole rounds to
+    run (one round gains nothing): CONVSTENCIL_DISTRIBUTED_SESSION=0 turns
+    it off."""
+    return (d.on_device and plan.k and d.ndim > 1 and steps // k >= 2
+            and os.environ.get("CONVSTENCIL_DISTRIBUTED_SESSION", "1")
+            != "0")
+
+
+def _session_rounds(d, pads, link, w, k, rounds, mode, cval, name, times):
+    """`rounds` rounds of k steps in an engine session on pads[0] (left
+    as it was); the result goes to pads[1].  Returns the engine's path,
+    or None where a value was not finite on some rank: the caller then
+    runs the rounds again without a session."""
+    comm = d.comm
+    session = agree(comm, _Session, pads[0], w, k, mode, cval, name)
+    try:
+        for _ in range(rounds):
+            failure = None
+            try:
+                t0 = time.perf_counter()
+                link.exchange(session.grid())
+                t1 = time.perf_counter()
+                session.run()
+                times["exchange"] += t1 - t0
+                times["compute"] += time.perf_counter() - t1
+            except BaseException as exc:  # noqa: B902 - voted on, re-raised
+                failure = exc
+            check(comm, failure)
+        t0 = time.perf_counter()
+        nonfinite = agree(comm, session.close, pads[1])
+        times["compute"] += time.perf_counter() - t0
+    finally:
+        path = session.path
+        del session  # one not closed is freed with its handle
+    return None if comm.allreduce(int(nonfinite), op=MPI.MAX) else path
+
+
 def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
     comm = d.comm
     engine = _Engine(w, mode, cval, name)
@@ -239,6 +333,16 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
     rounds, cur = 0, 0
     start = time.perf_counter()
     done = 0
+    session = False
+    if _use_session(d, plan, k, steps):
+        whole = steps // k
+        path = _session_rounds(d, pads, link, w, k, whole, mode, cval, name,
+                               times)
+        if path is not None:
+            session, engine.path = True, path
+            rounds, cur, done = whole, 1, whole * k
+        # else: NaN or infinity met: every round again, each a call of its
+        # own, which keeps non-finite values where SciPy does
     while done < steps:
         n = min(k, steps - done)
         failure = None
@@ -266,6 +370,7 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
             "engine_calls_per_round": (
                 1 if not overlap
                 else len(pieces[1]) + (pieces[0] is not None)),
+            "session": session,
             "seconds": time.perf_counter() - start, "backend": name,
             "path": engine.path, "steps": steps, "mode": mode,
             "dims": d.dims, "ranks": comm_size,

@@ -114,54 +114,52 @@ class Message:
         self.count = count
 
 
-def _contiguous_slabs(padded_shape, axis):
-    """Whether the slabs of `axis` (whole along every other axis) are
-    contiguous in a C-ordered padded block: every axis before it is 1."""
-    return all(n == 1 for n in padded_shape[:axis])
-
-
 class _DeviceTransport:
-    """Device blocks: pack where needed, move (by the subclass), unpack."""
+    """Device blocks: pack where needed, move (by the subclass), unpack.
+
+    A slab that is one run of memory in the block moves in place (axis
+    0's of a C-ordered block); the others go through a send and a receive
+    buffer per side, made at their first use and kept for the run (so
+    device memory stays steady).  The block is a DeviceArray or a strided
+    view (an engine session's grid, whose rows are padded)."""
 
     def __init__(self, comm, plan):
         self.comm = comm
         self.plan = plan
-        # a send and a receive buffer per side whose slabs need packing,
-        # for the whole run (None: the slab moves in place)
-        self.buffers = [
-            [None if _contiguous_slabs(plan.padded_shape, axis)
-             else (_device.DeviceArray(s.send[1]),
-                   _device.DeviceArray(s.recv[1])) for s in sides]
-            for axis, sides in enumerate(plan.axes)]
+        self.buffers = {}  # (axis, side index) -> (send, receive)
 
     def exchange(self, padded):
-        for axis, (sides, buffers) in enumerate(zip(self.plan.axes,
-                                                    self.buffers)):
+        strides = _device_blocks.strides_of(padded)
+        for axis, sides in enumerate(self.plan.axes):
             if not sides:
                 continue
-            messages = [self._pack(padded, s, b)
-                        for s, b in zip(sides, buffers)]
+            packed = [not _device_blocks.is_contiguous(s.send[1], strides)
+                      for s in sides]
+            messages = [self._pack(padded, axis, i, s, p)
+                        for i, (s, p) in enumerate(zip(sides, packed))]
             self.move(messages)
-            for s, b in zip(sides, buffers):
-                if b is not None:
-                    # the receive was ordered on the legacy default stream
-                    _device_blocks.copy(
-                        _device_blocks.whole(b[1], stream=1),
-                        _device_blocks.region(padded, *s.recv))
+            for i, (s, p) in enumerate(zip(sides, packed)):
+                if p:
+                    _device_blocks.unpack(self.buffers[axis, i][1], padded,
+                                          *s.recv)
 
-    @staticmethod
-    def _pack(padded, side, buffers):
+    def _pack(self, padded, axis, index, side, packed):
         count = int(np.prod(side.send[1], dtype=np.int64))
-        if buffers is None:
+        if not packed:
             return Message(side, _device_blocks.region(padded, *side.send).ptr,
                            _device_blocks.region(padded, *side.recv).ptr,
                            count)
+        buffers = self.buffers.get((axis, index))
+        if buffers is None:
+            buffers = (_device.DeviceArray(side.send[1]),
+                       _device.DeviceArray(side.recv[1]))
+            self.buffers[axis, index] = buffers
         send, recv = buffers
-        _device_blocks.copy(_device_blocks.region(padded, *side.send), send)
+        _device_blocks.pack(padded, *side.send, send)
         return Message(side, send.ptr, recv.ptr, count)
 
     def close(self):
-        self.buffers = []
+        self.buffers = {}
 
 
 class Staging(_DeviceTransport):

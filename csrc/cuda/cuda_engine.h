@@ -148,6 +148,47 @@ void
 cs_cuda_cache_info(size_t *device_bytes, int *blocks, size_t *pinned_bytes,
                    int *lanes);
 
+/*
+ * A session (session.cu): a 2D or 3D grid loaded once into the engine's
+ * padded layout, advanced in rounds of `round_steps` (one plan), read
+ * and written by the caller between rounds through a strided view of its
+ * interior, stored once.  Every call runs on the current device, which
+ * must stay the one the session was opened on.  Closing reports whether
+ * the input or the result held a value that is not finite (the caller
+ * then runs again without a session, on the masked path).  Free with
+ * cs_cuda_session_free on every path, closed or not.
+ */
+typedef struct cs_cuda_session cs_cuda_session;
+
+cs_status
+cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
+                     const cs_kernel *kernel, cs_mode mode, double cval,
+                     long round_steps, cs_cuda_path path,
+                     cs_cuda_session **out, char *err, size_t err_len);
+
+cs_status
+cs_cuda_session_run(cs_cuda_session *x, char *err, size_t err_len);
+
+/* The current grid's interior (float64, byte strides) and its shape. */
+void
+cs_cuda_session_view(const cs_cuda_session *x, cs_darray *view,
+                     ptrdiff_t shape[3]);
+
+/* Copy the box [starts, starts + sizes) of the current grid into the
+   C-ordered device buffer `buf` (put = 0), or `buf` into the box (put =
+   1); returns when done. */
+cs_status
+cs_cuda_session_copy(cs_cuda_session *x, const ptrdiff_t starts[3],
+                     const ptrdiff_t sizes[3], void *buf, int put,
+                     char *err, size_t err_len);
+
+cs_status
+cs_cuda_session_close(cs_cuda_session *x, const cs_darray *out,
+                      int *nonfinite, char *err, size_t err_len);
+
+void
+cs_cuda_session_free(cs_cuda_session *x);
+
 #ifdef __cplusplus
 }
 #endif

@@ -161,10 +161,10 @@ prepare_passes(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_kernel *kernel,
  * and what it needs on the host.  A grid with no points is planned as
  * one point: the plan then only says whether the path could run.
  */
-static cs_status
-plan_call(cs_cuda_ctx *ctx, cs_apply_state *s, const ptrdiff_t shape[3],
-          const cs_kernel *kernel, cs_mode mode, long steps,
-          cs_cuda_path path, cs_plan *plan, cs_run_info *info)
+cs_status
+cs_engine_plan(cs_cuda_ctx *ctx, cs_apply_state *s, const ptrdiff_t shape[3],
+               const cs_kernel *kernel, cs_mode mode, long steps,
+               cs_cuda_path path, cs_plan *plan, cs_run_info *info)
 {
     CS_TRY(cs_cuda_device_facts(ctx));
     cs_caps caps;
@@ -268,16 +268,9 @@ upload_params(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_kernel *kernel,
  * --------------------------------------------------------------------- */
 
 /* What the step loop runs on. */
-typedef struct loop_args {
-    cs_dgrid g[2];
-    cs_band_job jobs[3];
-    cs_dkernel dk, dkc;  /* the kernel; the fused one (cc3d) */
-    cs_tc3d_plan tc3;    /* tc3d's planes; tc3.tile: every tensor-core pass */
-} loop_args;
-
 /* The main kernel of one fused pass src -> dst. */
 static cs_status
-run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const loop_args *L,
+run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const cs_loop_args *L,
          const cs_dgrid *src, const cs_dgrid *dst, cs_mode mode,
          double cval)
 {
@@ -305,7 +298,7 @@ run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const loop_args *L,
    step, as the plan says. */
 static cs_status
 fix_band(cs_cuda_ctx *ctx, const cs_apply_state *s, const cs_plan *plan,
-         const loop_args *L, const cs_dgrid *src, const cs_dgrid *dst,
+         const cs_loop_args *L, const cs_dgrid *src, const cs_dgrid *dst,
          cs_mode mode, double cval)
 {
     switch (plan->band) {
@@ -325,9 +318,10 @@ fix_band(cs_cuda_ctx *ctx, const cs_apply_state *s, const cs_plan *plan,
 
 /* The fused passes, then the unfused steps; *cur_out: the result's
    grid. */
-static cs_status
-step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, loop_args *L,
-          const cs_plan *plan, cs_mode mode, double cval, int *cur_out)
+cs_status
+cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
+                    cs_loop_args *L, const cs_plan *plan, cs_mode mode,
+                    double cval, int *cur_out)
 {
     const cs_fusion_plan *f = &plan->fusion;
     const ptrdiff_t fold = plan->fold ? plan->fold_points : 0;
@@ -391,9 +385,10 @@ main_halo(const cs_apply_state *s, const cs_plan *plan,
 
 /* The arena in a block of its own, the loop's grids and strips, and the
    parameters on the device. */
-static cs_status
-setup_grids(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_plan *plan,
-            const cs_kernel *kernel, loop_args *L, char *main_buf[2])
+cs_status
+cs_engine_setup_grids(cs_cuda_ctx *ctx, cs_apply_state *s,
+                      const cs_plan *plan, const cs_kernel *kernel,
+                      cs_loop_args *L, char *main_buf[2])
 {
     ptrdiff_t halo[3];
     main_halo(s, plan, kernel, halo);
@@ -434,7 +429,7 @@ setup_grids(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_plan *plan,
 
 /* The step loop, timed with the lane's events when `timed`. */
 static cs_status
-timed_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, loop_args *L,
+timed_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, cs_loop_args *L,
            const cs_plan *plan, cs_mode mode, double cval, int timed,
            int *cur)
 {
@@ -442,7 +437,7 @@ timed_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, loop_args *L,
         CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_start, ctx->stream),
                       "cudaEventRecord (step loop start)");
     }
-    CS_TRY(step_loop(ctx, s, L, plan, mode, cval, cur));
+    CS_TRY(cs_engine_step_loop(ctx, s, L, plan, mode, cval, cur));
     if (timed) {
         CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_stop, ctx->stream),
                       "cudaEventRecord (step loop end)");
@@ -475,9 +470,9 @@ run_on_device(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_grid_io *io,
               const ptrdiff_t shape[3], const cs_kernel *kernel, cs_mode mode,
               double cval, const cs_plan *plan, int timed, double *seconds)
 {
-    loop_args L;
+    cs_loop_args L;
     char *buf[2];
-    CS_TRY(setup_grids(ctx, s, plan, kernel, &L, buf));
+    CS_TRY(cs_engine_setup_grids(ctx, s, plan, kernel, &L, buf));
     CS_CUDA_CHECK(ctx,
                   cudaMemsetAsync(s->lane->flags, 0, 2 * sizeof(int),
                                   ctx->stream),
@@ -645,8 +640,8 @@ cs_engine_run(cs_cuda_ctx *ctx, const cs_grid_io *io,
     memset(&s, 0, sizeof(s));
     cs_plan plan;
     int timed = 1;
-    cs_status st = plan_call(ctx, &s, shape, kernel, mode, steps, path,
-                             &plan, info);
+    cs_status st = cs_engine_plan(ctx, &s, shape, kernel, mode, steps,
+                                  path, &plan, info);
     if (st == CS_OK) {
         st = cs_engine_begin(ctx, &s, streams, &timed);
     }
@@ -687,8 +682,8 @@ cs_cuda_apply(const double *in, double *out, const ptrdiff_t shape[3],
         cs_apply_state s;
         memset(&s, 0, sizeof(s));
         cs_plan plan;
-        cs_status st = plan_call(&ctx, &s, shape, kernel, mode, 0, path,
-                                 &plan, info);
+        cs_status st = cs_engine_plan(&ctx, &s, shape, kernel, mode, 0,
+                                      path, &plan, info);
         cs_engine_release(&ctx, &s);
         if (st == CS_OK && count > 0 && out != in) {
             memmove(out, in, (size_t)count * sizeof(double));

@@ -6,6 +6,7 @@
 #ifndef CS_CUDA_ENGINE_CUH
 #define CS_CUDA_ENGINE_CUH
 
+#include "bands.cuh"
 #include "cuda_engine.h"
 #include "grid_io.cuh"
 #include "kernels.cuh"
@@ -26,6 +27,38 @@ typedef struct cs_apply_state {
     char *params_host;     /* the parameter block, as uploaded */
     int nonfinite;         /* the masked path ran */
 } cs_apply_state;
+
+/* The step loop's grids and what its kernels read. */
+typedef struct cs_loop_args {
+    cs_dgrid g[2];
+    cs_band_job jobs[3];
+    cs_dkernel dk, dkc;  /* the kernel; the fused one (cc3d) */
+    cs_tc3d_plan tc3;    /* tc3d's planes; tc3.tile: every tensor-core pass */
+} cs_loop_args;
+
+/*
+ * The plan of `steps` on `shape` (cs_plan_make with this device's
+ * capabilities), and the passes it needs prepared in `s` (the fused
+ * kernel, its layout).  `info` (may be NULL) gets the path and fusion.
+ */
+cs_status
+cs_engine_plan(cs_cuda_ctx *ctx, cs_apply_state *s, const ptrdiff_t shape[3],
+               const cs_kernel *kernel, cs_mode mode, long steps,
+               cs_cuda_path path, cs_plan *plan, cs_run_info *info);
+
+/* The arena (a block of s's), the two main grids (main_buf: their
+   memory), the strips, and the parameters on the device. */
+cs_status
+cs_engine_setup_grids(cs_cuda_ctx *ctx, cs_apply_state *s,
+                      const cs_plan *plan, const cs_kernel *kernel,
+                      cs_loop_args *L, char *main_buf[2]);
+
+/* The plan's fused passes and unfused steps from L->g[0]; *cur_out: the
+   grid holding the result. */
+cs_status
+cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
+                    cs_loop_args *L, const cs_plan *plan, cs_mode mode,
+                    double cval, int *cur_out);
 
 /* The context of one call: environment switches, message buffer. */
 void

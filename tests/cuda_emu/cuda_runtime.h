@@ -67,7 +67,27 @@ typedef enum cudaError {
 } cudaError_t;
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
-enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+                      cudaMemcpyDeviceToDevice = 3 };
+struct cudaPitchedPtr { void *ptr; size_t pitch, xsize, ysize; };
+struct cudaPos { size_t x, y, z; };
+struct cudaExtent { size_t width, height, depth; };
+struct cudaArray;
+struct cudaMemcpy3DParms {
+    cudaArray *srcArray; cudaPos srcPos; cudaPitchedPtr srcPtr;
+    cudaArray *dstArray; cudaPos dstPos; cudaPitchedPtr dstPtr;
+    cudaExtent extent; cudaMemcpyKind kind;
+};
+static inline cudaPitchedPtr make_cudaPitchedPtr(void *p, size_t pitch,
+                                                 size_t xs, size_t ys) {
+    return cudaPitchedPtr{p, pitch, xs, ys};
+}
+static inline cudaPos make_cudaPos(size_t x, size_t y, size_t z) {
+    return cudaPos{x, y, z};
+}
+static inline cudaExtent make_cudaExtent(size_t w, size_t h, size_t d) {
+    return cudaExtent{w, h, d};
+}
 #define cudaStreamNonBlocking 1
 #define cudaEventDisableTiming 2
 enum cudaFuncAttribute {
@@ -97,6 +117,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
                             cudaMemcpyKind k, cudaStream_t s);
+cudaError_t cudaMemcpy3DAsync(const cudaMemcpy3DParms *p, cudaStream_t s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags,
                                         int priority);

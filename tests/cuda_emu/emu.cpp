@@ -152,6 +152,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInsufficientDriver:
         return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
     }
     return "unknown error";
 }
@@ -225,6 +226,20 @@ size_t cs_emu_allocated(void) { return allocated; }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
                             cudaMemcpyKind, cudaStream_t) {
     memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy3DAsync(const cudaMemcpy3DParms *p, cudaStream_t) {
+    // pitched pointers only, as the engine uses them
+    for (size_t z = 0; z < p->extent.depth; z++)
+        for (size_t y = 0; y < p->extent.height; y++) {
+            const char *src = (const char *)p->srcPtr.ptr
+                + ((p->srcPos.z + z) * p->srcPtr.ysize + p->srcPos.y + y)
+                      * p->srcPtr.pitch + p->srcPos.x;
+            char *dst = (char *)p->dstPtr.ptr
+                + ((p->dstPos.z + z) * p->dstPtr.ysize + p->dstPos.y + y)
+                      * p->dstPtr.pitch + p->dstPos.x;
+            memcpy(dst, src, p->extent.width);
+        }
     return cudaSuccess;
 }
 static int streams_alive = 0;

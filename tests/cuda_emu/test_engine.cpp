@@ -454,6 +454,108 @@ static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     cs_kernel_free(&k);
 }
 
+// A session: `rounds` rounds of `k` steps on a device grid kept in the
+// engine's layout; between rounds one cell of the grid is overwritten
+// through the session's view (the next round must read it, as the
+// reference does), then the grid is stored.  Against the step-by-step
+// reference of the same rounds and writes.
+static void session_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
+                         ptrdiff_t nx, cs_mode mode, long k, long rounds,
+                         cs_cuda_path path, cs_status want = CS_OK) {
+    const ptrdiff_t n[3] = {nz, ny, nx};
+    const size_t count = nz * ny * nx;
+    cs_kernel kern{};
+    if (cs_kernel_init(&kern, 3, K.size, K.w.data()) != CS_OK) abort();
+    kern.ndim = K.ndim;
+    std::vector<double> ref(count), tmp(count);
+    for (double &v : ref) v = urand() - 0.3;
+    void *din = nullptr, *dout = nullptr;
+    cudaMalloc(&din, count * 8);
+    cudaMalloc(&dout, count * 8);
+    memcpy(din, ref.data(), count * 8);
+    cs_darray a{din, CS_DTYPE_FLOAT64, {ny * nx * 8, nx * 8, 8}};
+    cs_darray o{dout, CS_DTYPE_FLOAT64, {ny * nx * 8, nx * 8, 8}};
+    char err[512] = "";
+    cs_cuda_session *x = nullptr;
+    cs_status st = cs_cuda_session_open(&a, n, &kern, mode, 0.5, k, path, &x,
+                                        err, sizeof err);
+    bool ok = st == want;
+    double rel = 0;
+    int nonfinite = -1;
+    if (st == CS_OK) {
+        for (long r = 0; r < rounds && st == CS_OK; r++) {
+            st = cs_cuda_session_run(x, err, sizeof err);
+            for (long s = 0; s < k; s++) { ref_step(ref, tmp, n, kern, mode, 0.5); ref.swap(tmp); }
+            cs_darray v;
+            ptrdiff_t vn[3];
+            cs_cuda_session_view(x, &v, vn);
+            ok = ok && vn[0] == nz && vn[1] == ny && vn[2] == nx;
+            // the cell at the far corner: wrap's halo refresh carries it over
+            const ptrdiff_t z = nz - 1, y = ny - 1, xx = nx - 1 - r % nx;
+            const double put = 2.0 + r;
+            memcpy((char *)v.data + z * v.strides[0] + y * v.strides[1] + xx * v.strides[2], &put, 8);
+            ref[(z * ny + y) * nx + xx] = put;
+            // a box out (checked against the reference) and one in (two
+            // rows of the last plane; the first two columns of every row)
+            const ptrdiff_t rows = ny < 2 ? ny : 2, cols = nx < 2 ? nx : 2;
+            const ptrdiff_t out_at[3] = {nz - 1, ny - rows, 0}, out_n[3] = {1, rows, nx};
+            const ptrdiff_t in_at[3] = {0, 0, 0}, in_n[3] = {nz, ny, cols};
+            std::vector<double> box(nz * ny * nx);
+            void *dbox = nullptr;
+            cudaMalloc(&dbox, box.size() * 8);
+            if (st == CS_OK) st = cs_cuda_session_copy(x, out_at, out_n, dbox, 0, err, sizeof err);
+            memcpy(box.data(), dbox, rows * nx * 8);
+            for (ptrdiff_t yy = 0; yy < rows; yy++)
+                for (ptrdiff_t c = 0; c < nx; c++)
+                    ok = ok && std::fabs(box[yy * nx + c]
+                                         - ref[((nz - 1) * ny + ny - rows + yy) * nx + c]) <= 1e-12;
+            for (ptrdiff_t i = 0; i < nz * ny * cols; i++) box[i] = urand();
+            memcpy(dbox, box.data(), nz * ny * cols * 8);
+            if (st == CS_OK) st = cs_cuda_session_copy(x, in_at, in_n, dbox, 1, err, sizeof err);
+            for (ptrdiff_t zz = 0; zz < nz; zz++)
+                for (ptrdiff_t yy = 0; yy < ny; yy++)
+                    for (ptrdiff_t c = 0; c < cols; c++)
+                        ref[(zz * ny + yy) * nx + c] = box[(zz * ny + yy) * cols + c];
+            cudaFree(dbox);
+        }
+        if (st == CS_OK) st = cs_cuda_session_close(x, &o, &nonfinite, err, sizeof err);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < count; i++) {
+            double got;
+            memcpy(&got, (char *)dout + i * 8, 8);
+            num += (got - ref[i]) * (got - ref[i]);
+            den += ref[i] * ref[i];
+        }
+        rel = std::sqrt(num / den);
+        ok = ok && st == CS_OK && nonfinite == 0 && rel <= 1e-12;
+    }
+    cs_cuda_session_free(x);
+    cudaFree(din);
+    cudaFree(dout);
+    ok = ok && !leaked();
+    printf("%s session %-9s %tdx%tdx%td mode=%d k=%ld rounds=%ld path=%d rel=%.2e %s\n",
+           ok ? "ok  " : "FAIL", K.name.c_str(), nz, ny, nx, (int)mode, k,
+           rounds, (int)path, rel, st != CS_OK ? err : "");
+    ok ? passes++ : failures++;
+    cs_kernel_free(&kern);
+}
+
+static void session_cases() {
+    const cs_cuda_path AUTO = CS_CUDA_PATH_AUTO, TC = CS_CUDA_PATH_TENSOR_CORE,
+                       CC = CS_CUDA_PATH_CUDA_CORE;
+    Kern heat2d = make_kernel("heat2d", 2, 1, 3, 3, true);
+    Kern box49 = make_kernel("box2d49p", 2, 1, 7, 7, false, true);
+    Kern heat3d = make_kernel("heat3d", 3, 3, 3, 3, true);
+    Kern heat1d = make_kernel("heat1d", 1, 1, 1, 3);
+    session_case(heat2d, 1, 37, 45, CS_MODE_WRAP, 3, 3, TC);
+    session_case(heat2d, 1, 37, 45, CS_MODE_WRAP, 4, 2, CC);
+    session_case(heat2d, 1, 37, 45, CS_MODE_CONSTANT, 5, 2, AUTO);
+    session_case(box49, 1, 40, 50, CS_MODE_REFLECT, 2, 2, TC);
+    session_case(heat3d, 12, 10, 20, CS_MODE_WRAP, 2, 2, AUTO);
+    session_case(heat1d, 1, 1, 500, CS_MODE_WRAP, 4, 1, AUTO,
+                 CS_ERR_UNSUPPORTED);
+}
+
 static void device_array_cases(bool quick) {
     const cs_cuda_path AUTO = CS_CUDA_PATH_AUTO, TC = CS_CUDA_PATH_TENSOR_CORE;
     Kern heat2d = make_kernel("heat2d", 2, 1, 3, 3, true);
@@ -531,6 +633,12 @@ int main(int argc, char **argv) {
         // development: the 3D tensor-core cases alone ("tc3d": the full
         // set, "tc3d-quick": quick's)
         tc3d_cases(strcmp(argv[1], "tc3d-quick") == 0);
+        printf("%d passed, %d failed\n", passes, failures);
+        return failures != 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "session") == 0) {
+        // development: the session cases alone
+        session_cases();
         printf("%d passed, %d failed\n", passes, failures);
         return failures != 0;
     }
@@ -758,6 +866,7 @@ int main(int argc, char **argv) {
         failures++;
     }
     device_array_cases(quick);
+    session_cases();
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
 }
