@@ -460,8 +460,7 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
     result = out
     if out is None:
         result = _device.new_like(grid, view.shape)
-        out_view = _device.device_view(result, "out",
-                                       consumer_stream=consumer, known=True)
+        out_view = _device.fresh_view(result, view, consumer)
     if every is None and not progress:
         # the common call, kept short: many steps=1 calls are a scheme
         info = _run_device(view, out_view, w, steps, mode, cval, name,

@@ -231,3 +231,44 @@ def test_cache_without_cuda_is_empty():
                                "pinned_bytes": 0, "lanes": 0}
     with pytest.raises(RuntimeError, match="CUDA"):
         cs.DeviceArray((4, 4))
+
+
+def test_a_fresh_cupy_result_is_described_without_its_interface(
+        monkeypatch):
+    """The result apply() allocates for a CuPy grid is read from its
+    pointer, not its __cuda_array_interface__ (a few microseconds of a
+    small call), and is ordered on the stream the grid's interface named,
+    as its own interface would say."""
+    import types
+
+    class FakeCupyArray:
+        __module__ = "cupy"
+
+        def __init__(self, shape):
+            self.shape = shape
+            self.data = types.SimpleNamespace(ptr=8192)
+
+        @property
+        def __cuda_array_interface__(self):
+            raise AssertionError("the interface was asked for")
+
+    fake = types.SimpleNamespace(
+        __name__="cupy", float64=np.float64,
+        empty=lambda shape, dtype: FakeCupyArray(shape))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(_device, "_MAKERS", {})
+    monkeypatch.setattr(_device, "_POINTERS", {})
+    grid = FakeCupyArray((4, 5))
+    source = _device.DeviceView(4096, (4, 5), (40, 8), np.dtype(np.float64),
+                                _core.DTYPE_FLOAT64, True, 77, None, grid,
+                                grid)
+    result = _device.new_like(grid, (4, 5))
+    assert isinstance(result, FakeCupyArray)
+    view = _device.fresh_view(result, source, 1)
+    assert (view.ptr, view.shape, view.strides, view.stream) == (
+        8192, (4, 5), (40, 8), 77)
+    assert view.code == _core.DTYPE_FLOAT64 and not view.readonly
+    assert view.keep is result
+    # a kind without a known pointer is read through its interface
+    other = FakeCAI(**cai(shape=(4, 5)))
+    assert _device.fresh_view(other, source, 1).ptr == 4096
