@@ -119,24 +119,17 @@ tb2d_step(const tb2d_params &p, const double *a, double *b, int t,
     double u0 = r[-1], u1 = r[0], u2 = r[1];
     r += TB_W;
     double m0 = r[-1], m1 = r[0], m2 = r[1];
-    /* one block per SM (its buffers fill shared memory): the warps are
-       few, so each one's latency shows.  Rows in flight together (the
-       loop unrolled) and each sum as independent partial sums keep
-       several FP64 operations of a thread in the pipeline at once
-       (Nsight Compute, h100_ncu_tb2d_cc3d.txt: stalls on fixed-latency
-       dependencies, 25% occupancy) */
-#pragma unroll 4
     for (int y = y0; y < y1; y++) {
         r += TB_W;
         const double d0 = r[-1], d1 = r[0], d2 = r[1];
         double s;
         if (PLUS) {
-            s = (p.w[1] * u1 + p.w[3] * m0) + (p.w[4] * m1 + p.w[5] * m2)
+            s = p.w[1] * u1 + p.w[3] * m0 + p.w[4] * m1 + p.w[5] * m2
                 + p.w[7] * d1;
         } else {
-            s = (p.w[0] * u0 + p.w[1] * u1 + p.w[2] * u2)
-                + (p.w[3] * m0 + p.w[4] * m1 + p.w[5] * m2)
-                + (p.w[6] * d0 + p.w[7] * d1 + p.w[8] * d2);
+            s = p.w[0] * u0 + p.w[1] * u1 + p.w[2] * u2 + p.w[3] * m0
+                + p.w[4] * m1 + p.w[5] * m2 + p.w[6] * d0 + p.w[7] * d1
+                + p.w[8] * d2;
         }
         const ptrdiff_t gy = oy + y;
         if (!edge || !(col_out || gy < 0 || gy >= p.ny)) {
