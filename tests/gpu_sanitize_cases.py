@@ -13,7 +13,9 @@ tiles, fused passes with the band fix-up (along z too), the CUDA-core step in
 1D/2D/3D (cc2d's and cc3d's instances, streaming along z, and heat3d's fused
 passes on CUDA cores with their band recomputed in place included), the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
-end fix-up, partial last rows, payloads 7, 15 and 31).  Each result is
+end fix-up, partial last rows, payloads 7, 15 and 31), and engine
+sessions (a grid kept in the engine's layout across rounds, boxes copied
+out of and into it between them).  Each result is
 compared with the CPU engine, so the run
 also fails (exit status 1) on a wrong answer.
 """
@@ -139,6 +141,7 @@ def main():
         for mode in ("constant", "wrap"):
             ok &= check(grid, w, 1, mode, "cuda-core")
     ok &= device_array_cases(rng)
+    ok &= session_cases(rng)
     print("all ok" if ok else "FAILURES")
     return 0 if ok else 1
 
@@ -181,6 +184,57 @@ def device_array_cases(rng):
     print("%-4s device array 1D fold in place rel %.2e"
           % ("ok" if err <= 1e-12 else "FAIL", err))
     return ok & (err <= 1e-12)
+
+
+def session_cases(rng):
+    """Engine sessions (session.cu): rounds of k steps on a device grid,
+    the grid's first two rows read out and overwritten between the
+    rounds, against the CPU engine doing the same."""
+    from convstencil import _apply, _core, _device
+    ok = True
+    for name, shape, backend in (("heat2d", (45, 139), "cuda-tc"),
+                                 ("box2d49p", (40, 70), "cuda-tc"),
+                                 ("heat2d", (45, 139), "cuda-core"),
+                                 ("heat3d", (12, 20, 33), "cuda")):
+        w = cs.Stencil(name).weights
+        host = rng.standard_normal(shape)
+        grid = _device.DeviceArray(shape)
+        _core.to_device(grid.ptr, host)
+        lead = 3 - len(shape)
+        strides = (0,) * lead + tuple(
+            int(8 * np.prod(shape[a + 1:])) for a in range(len(shape)))
+        k, rounds, mode = 3, 2, "wrap"
+        session = _core.session_open(
+            grid.ptr, strides, (1,) * lead + shape, w, k,
+            _apply.MODE_CODES[mode], 0.5,
+            cs._backends.BACKEND_CODES[backend][1])
+        want = host
+        box_shape = (2,) + shape[1:]
+        starts, sizes = (0,) * 3, (1,) * lead + box_shape
+        if len(shape) == 3:
+            sizes = (2,) + shape[1:]
+        buf = _device.DeviceArray(box_shape)
+        for _ in range(rounds):
+            _core.session_run(session)
+            want = cs.apply(want, weights=w, steps=k, mode=mode,
+                            backend="cpu")
+            _core.session_copy(session, starts, sizes, buf.ptr, False)
+            got_box = buf.get()
+            ok &= np.allclose(got_box, want[:2], rtol=1e-12, atol=1e-12)
+            new = rng.standard_normal(box_shape)
+            _core.to_device(buf.ptr, new)
+            _core.session_copy(session, starts, sizes, buf.ptr, True)
+            want = want.copy()
+            want[:2] = new
+        out = _device.DeviceArray(shape)
+        nonfinite = _core.session_close(session, out.ptr, strides)
+        err = np.linalg.norm(out.get() - want) / np.linalg.norm(want)
+        good = err <= 1e-12 and not nonfinite
+        print("%-4s session %-9s %-9s grid %-10s rel %.2e" % (
+            "ok" if good else "FAIL", backend, name,
+            "x".join(map(str, shape)), err))
+        ok &= good
+    return ok
 
 
 if __name__ == "__main__":
