@@ -13,7 +13,8 @@ tiles, fused passes with the band fix-up (along z too), the CUDA-core step in
 1D/2D/3D (cc2d's and cc3d's instances, streaming along z, and heat3d's fused
 passes on CUDA cores with their band recomputed in place included), the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
-end fix-up, partial last rows, payloads 7, 15 and 31), and engine
+end fix-up, partial last rows, payloads 7, 15 and 31), tb2d's temporal
+blocking of planar 3 x 3 kernels (depth 8 and a tail pass), and engine
 sessions (a grid kept in the engine's layout across rounds, boxes copied
 out of and into it between them).  Each result is
 compared with the CPU engine, so the run
@@ -107,6 +108,15 @@ def main():
     for grid, w in cases:
         for mode in MODES:
             ok &= check(grid, w, 2, mode, "cuda-core")
+    # tb2d: planar 3 x 3 kernels on CUDA cores, T steps per trip to memory
+    # (depth 8, then the tail pass of 3), tiles past every edge and
+    # several tiles per row and column, every mode
+    for name in ("heat2d", "box2d9p"):
+        w = cs.Stencil(name).weights
+        for shape in ((70, 200), (301, 517)):
+            for mode in MODES:
+                ok &= check(rng.standard_normal(shape), w, 11, mode,
+                            "cuda-core")
     # cc2d: plus, outer-product (box2d49p) and box instances, persistent
     # blocks walking several tiles (1100 x 1700: 252 tiles of 128 x 64,
     # 315 of 128 x 32)
