@@ -32,7 +32,9 @@ _GPU_PATHS = {"cuda": "auto", "cuda-tc": "tensor-core",
 def info(d=None):
     """What the apply() that made `d` ran (default: this rank's last
     distributed apply): transport, halo_steps, rounds, bytes_sent,
-    exchange_seconds, compute_seconds, seconds, backend, path, ...
+    exchange_seconds, compute_seconds, seconds, backend, path, device
+    (the GPU holding the block, None for host blocks), session (whether
+    the rounds ran in an engine session), ...
 
     With overlap (info["overlap"]): exchange_seconds is the exchange time
     this rank did not hide (posting, waiting, the later axes);
