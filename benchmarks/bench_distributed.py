@@ -28,7 +28,6 @@ distributed path's own overhead there).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -120,22 +119,12 @@ def _measure(comm, d, preset, steps, overlap, repeat):
 
 def drive(args):
     records = []
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
     for n in args.ranks:
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "1")
-        command = ["mpiexec", "-n", str(n), sys.executable,
-                   os.path.abspath(__file__), "--worker",
-                   "--repeat", str(args.repeat)] + (["--gpu"] if args.gpu
-                                                    else [])
-        done = subprocess.run(command, env=env, capture_output=True,
-                              text=True, timeout=1800)
-        if done.returncode:
-            sys.exit("%s failed:\n%s%s" % (" ".join(command), done.stdout,
-                                            done.stderr))
-        for line in done.stdout.splitlines():
-            if line.startswith("RESULT "):
-                records.append(json.loads(line[7:]))
-                print(line[7:], flush=True)
+        records += common.mpi_results(
+            n, __file__, ["--repeat", str(args.repeat)]
+            + (["--gpu"] if args.gpu else []), env, 1800)
     single = {r["preset"]: r["seconds"] for r in records if r["ranks"] == 1}
     for r in records:
         if r["preset"] in single:
@@ -152,14 +141,9 @@ def drive(args):
                 % ("one rank on the GPU against plain apply" if args.gpu
                    else "weak scaling on the CPU", device,
                    os.cpu_count() or 1, prov["date"], prov["commit"],
-                   prov["command"], _mpi_version()))
+                   prov["command"], common.mpi_version()))
         common.write_results(args.save, {"provenance": prov,
                                          "records": records}, head + markdown)
-
-
-def _mpi_version():
-    from mpi4py import MPI
-    return MPI.Get_library_version().splitlines()[0].strip()
 
 
 def table(records, args):

@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 
 # (kind, preset, block per GPU or whole grid, steps)
 CASES = [("weak", "heat2d", (10240, 10240), 600),
@@ -201,10 +202,10 @@ def _free_cupy_pool():
 
 
 def _on_own_gpu(comm, block_shape, rank):
-    """A random block on the GPU the distributed grid will use."""
-    from convstencil.distributed import _gpus
-    host_rank, _ = _gpus.host_rank(comm)
-    _gpus.use(_gpus.choose(None, False, host_rank))
+    """A random block on the GPU the distributed grid will use (chosen
+    and made current as scatter and from_local do)."""
+    from convstencil.distributed import _grid
+    _grid._gpu_for_blocks(comm, True, None, False)
     return _random_block(block_shape, rank)
 
 
@@ -226,23 +227,13 @@ def _gpu_facts():
 
 def drive(args):
     records = []
+    env = dict(os.environ, **NO_MULTICAST)
+    worker_args = (["--repeat", str(args.repeat), "--backend", args.backend]
+                   + (["--quick"] if args.quick else [])
+                   + (["--self-exchange"] if args.self_exchange else []))
     for n in args.gpus:
-        env = dict(os.environ, **NO_MULTICAST)
-        command = ["mpiexec", "-n", str(n), sys.executable,
-                   os.path.abspath(__file__), "--worker", "--repeat",
-                   str(args.repeat), "--backend", args.backend] + (
-                       ["--quick"] if args.quick else []) + (
-                       ["--self-exchange"] if args.self_exchange else [])
-        done = subprocess.run(command, env=env, capture_output=True,
-                              text=True, timeout=args.timeout)
-        for line in done.stdout.splitlines():
-            if line.startswith("RESULT "):
-                records.append(json.loads(line[7:]))
-                print(line[7:], flush=True)
-        if done.returncode:
-            sys.exit("%s failed:\n%s%s" % (" ".join(command),
-                                            done.stdout[-4000:],
-                                            done.stderr[-4000:]))
+        records += common.mpi_results(n, __file__, worker_args, env,
+                                      args.timeout)
     overheads = [r for r in records if r.get("call_overhead")]
     selfx = [r for r in records if r.get("kind") == "self-exchange"]
     records = [r for r in records if not r.get("call_overhead")
@@ -357,12 +348,11 @@ def overhead_table(overheads):
 
 
 def save(args, records, markdown, overheads):
-    import common
     names, topology = _gpu_facts()
     device = "%d x %s" % (len(names), names[0]) if names else "unknown"
     prov = common.provenance(device)
     prov["gpus"] = len(names)
-    prov["mpi"] = _mpi_version()
+    prov["mpi"] = common.mpi_version()
     prov["environment"] = dict(NO_MULTICAST)
     head = ("# convstencil.distributed on %s: weak and strong scaling\n\n"
             "%s\n\n- GPUs: %d (%s), one rank per GPU, NCCL, %s\n"
@@ -377,11 +367,6 @@ def save(args, records, markdown, overheads):
                                      "records": records,
                                      "call_overheads": overheads},
                          head + markdown)
-
-
-def _mpi_version():
-    from mpi4py import MPI
-    return MPI.Get_library_version().splitlines()[0].strip()
 
 
 def main():

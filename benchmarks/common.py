@@ -85,6 +85,33 @@ def cpu_name():
     return platform.processor() or "unknown CPU"
 
 
+def mpi_version():
+    """The MPI library's first line of version text (mpi4py)."""
+    from mpi4py import MPI
+    return MPI.Get_library_version().splitlines()[0].strip()
+
+
+def mpi_results(ranks, script, worker_args, env, timeout):
+    """Run `script --worker worker_args` under `mpiexec -n ranks`; the
+    records its rank 0 printed as `RESULT <json>` lines (echoed as they
+    are read).  A failed run exits, naming the command and what it
+    printed last."""
+    command = (["mpiexec", "-n", str(ranks), sys.executable,
+                os.path.abspath(script), "--worker"] + list(worker_args))
+    done = subprocess.run(command, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    records = []
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            records.append(json.loads(line[7:]))
+            print(line[7:], flush=True)
+    if done.returncode:
+        sys.exit("%s failed:\n%s%s" % (" ".join(command),
+                                        done.stdout[-4000:],
+                                        done.stderr[-4000:]))
+    return records
+
+
 def write_results(stem, records, markdown):
     """Write <stem>.json (list of records) and <stem>.md under results/."""
     os.makedirs(RESULTS, exist_ok=True)

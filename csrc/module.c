@@ -41,6 +41,28 @@ is_float64_carray(PyArrayObject *a)
            && PyArray_IS_C_CONTIGUOUS(a) && PyArray_ISALIGNED(a);
 }
 
+/* Weights (float64 C-contiguous, checked by the caller) of an odd size on
+   every axis and finite; set an exception and return -1 otherwise. */
+static int
+check_weights(PyArrayObject *weights)
+{
+    for (int a = 0; a < PyArray_NDIM(weights); a++) {
+        if (PyArray_DIM(weights, a) % 2 == 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "weights must have an odd size on every axis");
+            return -1;
+        }
+    }
+    const double *wv = PyArray_DATA(weights);
+    for (npy_intp i = 0; i < PyArray_SIZE(weights); i++) {
+        if (!isfinite(wv[i])) {
+            PyErr_SetString(PyExc_ValueError, "weights must be finite");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Check the grid/weights/out triple; set an exception and return -1. */
 static int
 check_arrays(PyArrayObject *grid, PyArrayObject *weights, PyArrayObject *out)
@@ -63,27 +85,14 @@ check_arrays(PyArrayObject *grid, PyArrayObject *weights, PyArrayObject *out)
         return -1;
     }
     for (int a = 0; a < ndim; a++) {
-        npy_intp w = PyArray_DIM(weights, a);
         if (PyArray_DIM(grid, a) < 1 || PyArray_DIM(out, a)
                                             != PyArray_DIM(grid, a)) {
             PyErr_SetString(PyExc_ValueError,
                             "grid must be non-empty and out of its shape");
             return -1;
         }
-        if (w < 1 || w % 2 == 0) {
-            PyErr_SetString(PyExc_ValueError,
-                            "weights must have an odd size on every axis");
-            return -1;
-        }
     }
-    const double *wv = PyArray_DATA(weights);
-    for (npy_intp i = 0; i < PyArray_SIZE(weights); i++) {
-        if (!isfinite(wv[i])) {
-            PyErr_SetString(PyExc_ValueError, "weights must be finite");
-            return -1;
-        }
-    }
-    return 0;
+    return check_weights(weights);
 }
 
 static PyObject *
@@ -361,24 +370,16 @@ device_kernel(PyArrayObject *weights, cs_kernel *kernel)
                                          "float64 array of 1 to 3 axes");
         return -1;
     }
+    if (check_weights(weights) < 0) {
+        return -1;
+    }
     ptrdiff_t ksize[3] = {1, 1, 1};
     const int ndim = PyArray_NDIM(weights);
     for (int a = 0; a < ndim; a++) {
         ksize[a] = PyArray_DIM(weights, a);
-        if (ksize[a] % 2 == 0) {
-            PyErr_SetString(PyExc_ValueError,
-                            "weights must have an odd size on every axis");
-            return -1;
-        }
     }
-    const double *wv = PyArray_DATA(weights);
-    for (npy_intp i = 0; i < PyArray_SIZE(weights); i++) {
-        if (!isfinite(wv[i])) {
-            PyErr_SetString(PyExc_ValueError, "weights must be finite");
-            return -1;
-        }
-    }
-    cs_status status = cs_kernel_init(kernel, ndim, ksize, wv);
+    cs_status status = cs_kernel_init(kernel, ndim, ksize,
+                                      PyArray_DATA(weights));
     if (status != CS_OK) {
         raise_status(status, "cuda", NULL);
         return -1;
@@ -492,30 +493,30 @@ session_capsule_free(PyObject *capsule)
     }
 }
 
-/* The open session of a capsule; NULL with an exception otherwise. */
-static cs_cuda_session *
+/* The box of a capsule holding an open session; NULL with an exception
+   otherwise. */
+static session_box *
 open_session(PyObject *capsule)
 {
     session_box *box = PyCapsule_GetPointer(capsule, SESSION_CAPSULE);
-    if (box == NULL) {
+    if (box != NULL && box->x == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the session is closed");
         return NULL;
     }
-    if (box->x == NULL) {
-        PyErr_SetString(PyExc_ValueError, "the session is closed");
-    }
-    return box->x;
+    return box;
 }
 #endif
 
 PyDoc_STRVAR(session_open_doc,
 "session_open(in_ptr, in_strides, shape, weights, round_steps, mode,\n"
-"             cval, path) -> session\n"
+"             cval, path) -> (session, path)\n"
 "\n"
 "Load the float64 device grid at in_ptr (byte strides and shape 3D,\n"
 "leading unit axes; 2D and 3D grids) into the engine's own layout, to\n"
 "be advanced in rounds of round_steps (session_run), read and written\n"
-"between rounds (session_view) and stored once (session_close).  On\n"
-"the current device, which must stay current.");
+"between rounds (session_view, session_copy) and stored once\n"
+"(session_close); `path` is the one its plan runs.  On the current\n"
+"device, which must stay current.");
 
 static PyObject *
 session_open(PyObject *self, PyObject *args)
@@ -573,8 +574,9 @@ session_open(PyObject *self, PyObject *args)
     if (capsule == NULL) {
         cs_cuda_session_free(box->x);
         PyMem_Free(box);
+        return NULL;
     }
-    return capsule;
+    return Py_BuildValue("(Ns)", capsule, cs_cuda_session_path(box->x));
 #else
     no_cuda_engine();
     return NULL;
@@ -590,14 +592,14 @@ static PyObject *
 session_run(PyObject *self, PyObject *capsule)
 {
 #ifdef CS_HAVE_CUDA
-    cs_cuda_session *x = open_session(capsule);
-    if (x == NULL) {
+    session_box *box = open_session(capsule);
+    if (box == NULL) {
         return NULL;
     }
     char detail[512] = "";
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = cs_cuda_session_run(x, detail, sizeof(detail));
+    status = cs_cuda_session_run(box->x, detail, sizeof(detail));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
         raise_status(status, "cuda", detail);
@@ -620,13 +622,13 @@ static PyObject *
 session_view(PyObject *self, PyObject *capsule)
 {
 #ifdef CS_HAVE_CUDA
-    cs_cuda_session *x = open_session(capsule);
-    if (x == NULL) {
+    session_box *box = open_session(capsule);
+    if (box == NULL) {
         return NULL;
     }
     cs_darray view;
     ptrdiff_t shape[3];
-    cs_cuda_session_view(x, &view, shape);
+    cs_cuda_session_view(box->x, &view, shape);
     return Py_BuildValue("K(nnn)(nnn)", (unsigned long long)(uintptr_t)
                          view.data, view.strides[0], view.strides[1],
                          view.strides[2], shape[0], shape[1], shape[2]);
@@ -654,16 +656,17 @@ session_copy(PyObject *self, PyObject *args)
         return NULL;
     }
 #ifdef CS_HAVE_CUDA
-    cs_cuda_session *x = open_session(capsule);
+    session_box *box = open_session(capsule);
     ptrdiff_t starts[3], sizes[3];
-    if (x == NULL || parse_triple(starts_obj, "starts", starts) < 0
+    if (box == NULL || parse_triple(starts_obj, "starts", starts) < 0
         || parse_triple(sizes_obj, "sizes", sizes) < 0) {
         return NULL;
     }
     char detail[512] = "";
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = cs_cuda_session_copy(x, starts, sizes, (void *)(uintptr_t)buf,
+    status = cs_cuda_session_copy(box->x, starts, sizes,
+                                  (void *)(uintptr_t)buf,
                                   put, detail, sizeof(detail));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
@@ -695,9 +698,10 @@ session_close(PyObject *self, PyObject *args)
         return NULL;
     }
 #ifdef CS_HAVE_CUDA
-    cs_cuda_session *x = open_session(capsule);
+    session_box *box = open_session(capsule);
     ptrdiff_t strides[3];
-    if (x == NULL || parse_triple(strides_obj, "out_strides", strides) < 0) {
+    if (box == NULL
+        || parse_triple(strides_obj, "out_strides", strides) < 0) {
         return NULL;
     }
     cs_darray out = {(void *)(uintptr_t)out_ptr, CS_DTYPE_FLOAT64,
@@ -706,11 +710,10 @@ session_close(PyObject *self, PyObject *args)
     int nonfinite = 0;
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = cs_cuda_session_close(x, &out, &nonfinite, detail,
+    status = cs_cuda_session_close(box->x, &out, &nonfinite, detail,
                                    sizeof(detail));
     Py_END_ALLOW_THREADS
-    session_box *box = PyCapsule_GetPointer(capsule, SESSION_CAPSULE);
-    cs_cuda_session_free(x);
+    cs_cuda_session_free(box->x);
     box->x = NULL;
     if (status != CS_OK) {
         raise_status(status, "cuda", detail);
@@ -926,8 +929,7 @@ cuda_mem_info(PyObject *self, PyObject *noargs)
     return Py_BuildValue("(nn)", (Py_ssize_t)free_bytes,
                          (Py_ssize_t)total_bytes);
 #else
-    PyErr_SetString(PyExc_RuntimeError,
-                    "not built with CUDA: " CS_NO_CUDA_REASON);
+    no_cuda_engine();
     return NULL;
 #endif
 }
@@ -951,8 +953,7 @@ cuda_current_device(PyObject *self, PyObject *noargs)
     }
     return PyLong_FromLong(device);
 #else
-    PyErr_SetString(PyExc_RuntimeError,
-                    "not built with CUDA: " CS_NO_CUDA_REASON);
+    no_cuda_engine();
     return NULL;
 #endif
 }
@@ -982,8 +983,7 @@ cuda_set_device(PyObject *self, PyObject *args)
     }
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(PyExc_RuntimeError,
-                    "not built with CUDA: " CS_NO_CUDA_REASON);
+    no_cuda_engine();
     return NULL;
 #endif
 }
@@ -1013,8 +1013,7 @@ cuda_stream_synchronize(PyObject *self, PyObject *args)
     }
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(PyExc_RuntimeError,
-                    "not built with CUDA: " CS_NO_CUDA_REASON);
+    no_cuda_engine();
     return NULL;
 #endif
 }

@@ -214,7 +214,7 @@ def session_cases(rng):
         strides = (0,) * lead + tuple(
             int(8 * np.prod(shape[a + 1:])) for a in range(len(shape)))
         k, rounds, mode = 3, 2, "wrap"
-        session = _core.session_open(
+        session, _ = _core.session_open(
             grid.ptr, strides, (1,) * lead + shape, w, k,
             _apply.MODE_CODES[mode], 0.5,
             cs._backends.BACKEND_CODES[backend][1])

@@ -17,6 +17,7 @@ import numbers
 
 import numpy as np
 
+from .. import _model
 from . import _overlap, _partition
 
 # Largest k the cost model considers: deeper halos only grow the padding.
@@ -203,8 +204,9 @@ _COSTS = {
     False: dict(message=5e-6, byte=1 / 4e9, call=30e-6, call_point=1.6e-9,
                 tap_point=0.25e-9),
     # GPU: NCCL between two H200s of one host (NVLink), fitted to
-    # benchmarks/results/h200x2_multigpu.md: 123 us per exchange of 0.16
-    # MB (two slabs each way) and 1141 us of 268 MB; a round's engine call
+    # benchmarks/results/h200x2_multigpu.md (4097577, the sweep): 129 us
+    # per exchange of 0.16 MB (two slabs each way) and 1156 us of 268 MB
+    # (heat2d k=1, heat3d k=64); a round's engine call
     # and host work (the call, the vote on errors) about 100 us; the
     # per-point figures are used only without the engine's plan
     True: dict(message=30e-6, byte=1 / 250e9, call=100e-6,
@@ -212,13 +214,16 @@ _COSTS = {
 }
 
 # A slab's pack or unpack between a session's grid and its message buffer
-# (a zero-step engine call, returning when done: launch and wait).
+# (one pitched copy, returning when done: mostly launch and wait).  An
+# estimate: no committed run has timed the pitched copies alone.
 COPY_SECONDS = 20e-6
 
 # The fraction of the copy bandwidth an engine call's load and store of a
-# device array reach: fitted to one H100 (wall clock of a call minus its
-# step loop, last_run_info()'s device_seconds): 2.06 ms around a heat2d
-# call on 10368 x 10240 and 1.88 ms around heat3d on 544 x 512 x 512.
+# device array reach, fitted loosely to the call overheads that
+# bench_multigpu.py prints (h200x2_multigpu.md, 4097577: 1.95 ms beyond
+# the step loop of a heat2d call on 10240^2 and 1.77 ms on heat3d 512^3,
+# on an H200); at the H100 copy rate the model uses this prices them at
+# 1.49 and 1.91 ms.
 IO_FRACTION = 0.75
 
 
@@ -265,7 +270,6 @@ def _device_round_seconds(padded, depth_sides, k, engine):
     for the run (_run.py), so a round also packs and unpacks its slabs
     (the session's rows are padded); a 1D block's round is an engine call
     of its own, which loads and stores the block."""
-    from .. import _model
     weights, mode = engine
     seconds = _model.predict_gpu(tuple(padded), weights, mode, k, "auto")[0]
     if len(padded) > 1:
@@ -276,7 +280,6 @@ def _device_round_seconds(padded, depth_sides, k, engine):
 
 def _device_io_seconds(padded):
     """An engine call's load of a device block and its store."""
-    from .. import _model
     rates = _model.gpu_rates()
     points = float(np.prod(padded, dtype=np.float64))
     return 2 * 16.0 * points / (rates["bandwidth"] * IO_FRACTION)

@@ -15,18 +15,14 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _apply, _backends, _core, _device, _model
+from .. import _apply, _backends, _core, _device
 from .. import apply as _engine_apply
-from .. import last_run_info as _engine_info
 from . import _device_blocks, _overlap, _plan, _transport
 from ._agree import agree, check
 from ._grid import DistributedGrid, _check_grid, use_device
 
 _last_info = {}
 
-# the engine's path argument of a GPU backend name
-_GPU_PATHS = {"cuda": "auto", "cuda-tc": "tensor-core",
-              "cuda-core": "cuda-core"}
 
 
 def info(d=None):
@@ -176,7 +172,8 @@ class _Engine:
 
     def __call__(self, grid, steps, out=None):
         result = _engine_apply(grid, steps=steps, out=out, **self.kw)
-        self.path = _engine_info().get("path")
+        # the record as it is: last_run_info() would also price the run
+        self.path = _apply._last_run_info.get("path")
         return result
 
 
@@ -247,11 +244,9 @@ class _Session:
         strides = _device_blocks.c_strides(padded.shape)
         self.ndim = len(padded.shape)
         lead = 3 - self.ndim
-        self.handle = _core.session_open(
+        self.handle, self.path = _core.session_open(
             padded.ptr, (0,) * lead + strides, (1,) * lead + padded.shape,
             w, k, _apply.MODE_CODES[mode], cval, path)
-        self.path = _model.gpu_plan(padded.shape, w, mode, k,
-                                    _GPU_PATHS[name])["path"]
 
     def grid(self):
         """The current grid (its interior) as a strided view that packs
@@ -303,27 +298,26 @@ def _session_rounds(d, pads, link, w, k, rounds, mode, cval, name, times):
     or None where a value was not finite on some rank: the caller then
     runs the rounds again without a session."""
     comm = d.comm
+    # a session left open by an exception is freed with its handle
     session = agree(comm, _Session, pads[0], w, k, mode, cval, name)
-    try:
-        for _ in range(rounds):
-            failure = None
-            try:
-                t0 = time.perf_counter()
-                link.exchange(session.grid())
-                t1 = time.perf_counter()
-                session.run()
-                times["exchange"] += t1 - t0
-                times["compute"] += time.perf_counter() - t1
-            except BaseException as exc:  # noqa: B902 - voted on, re-raised
-                failure = exc
-            check(comm, failure)
-        t0 = time.perf_counter()
-        nonfinite = agree(comm, session.close, pads[1])
-        times["compute"] += time.perf_counter() - t0
-    finally:
-        path = session.path
-        del session  # one not closed is freed with its handle
-    return None if comm.allreduce(int(nonfinite), op=MPI.MAX) else path
+    for _ in range(rounds):
+        failure = None
+        try:
+            t0 = time.perf_counter()
+            link.exchange(session.grid())
+            t1 = time.perf_counter()
+            session.run()
+            times["exchange"] += t1 - t0
+            times["compute"] += time.perf_counter() - t1
+        except BaseException as exc:  # noqa: B902 - voted on, re-raised
+            failure = exc
+        check(comm, failure)
+    t0 = time.perf_counter()
+    nonfinite = agree(comm, session.close, pads[1])
+    times["compute"] += time.perf_counter() - t0
+    if comm.allreduce(int(nonfinite), op=MPI.MAX):
+        return None
+    return session.path
 
 
 def _run(d, pads, plan, k, link, w, steps, mode, cval, name):

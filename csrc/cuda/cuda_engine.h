@@ -169,6 +169,10 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
 cs_status
 cs_cuda_session_run(cs_cuda_session *x, char *err, size_t err_len);
 
+/* The path the session's plan runs ("tensor-core" or "cuda-core"). */
+const char *
+cs_cuda_session_path(const cs_cuda_session *x);
+
 /* The current grid's interior (float64, byte strides) and its shape. */
 void
 cs_cuda_session_view(const cs_cuda_session *x, cs_darray *view,

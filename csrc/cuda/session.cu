@@ -28,10 +28,10 @@ struct cs_cuda_session {
     cs_plan plan;
     cs_loop_args L;
     char *buf[2];
-    cs_kernel kernel;  /* a copy: the parameters were built from it */
+    cs_kernel kernel;  /* a copy: rounds read its weights on the host
+                          (the loop's cs_dkernel.host_weights) */
     cs_mode mode;
     double cval;
-    long rounds;
 };
 
 /* Point the session's context at this call's message buffer. */
@@ -167,10 +167,16 @@ cs_cuda_session_run(cs_cuda_session *x, char *err, size_t err_len)
         x->buf[0] = x->buf[1];
         x->buf[1] = b;
     }
-    x->rounds++;
     /* the caller reads and writes the grid next, on other streams */
     return check(ctx, cudaStreamSynchronize(ctx->stream),
                          "cudaStreamSynchronize (session round)");
+}
+
+const char *
+cs_cuda_session_path(const cs_cuda_session *x)
+{
+    return x->plan.path == CS_CUDA_PATH_TENSOR_CORE ? "tensor-core"
+                                                    : "cuda-core";
 }
 
 void
