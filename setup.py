@@ -9,6 +9,7 @@ Environment:
                          similar for portable builds)
   CONVSTENCIL_CUDA_ARCH  nvcc -arch value (default "sm_90")
 """
+import concurrent.futures
 import glob
 import os
 import shutil
@@ -63,17 +64,22 @@ class BuildExtWithCuda(build_ext):
         arch = os.environ.get("CONVSTENCIL_CUDA_ARCH", "sm_90")
         build_dir = os.path.join(self.build_temp, "cuda")
         os.makedirs(build_dir, exist_ok=True)
-        objects = []
+        commands = []
         for source in sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda",
                                                     "*.cu"))):
             obj = os.path.join(build_dir,
                                os.path.basename(source)[:-3] + ".o")
-            cmd = [nvcc, "-std=c++17", "-O3", "-arch=" + arch,
-                   "-Xcompiler", "-fPIC", "-I" + os.path.join(ROOT, "csrc"),
-                   "-c", source, "-o", obj]
-            print(" ".join(cmd))
-            subprocess.check_call(cmd)
-            objects.append(obj)
+            commands.append([nvcc, "-std=c++17", "-O3", "-arch=" + arch,
+                             "-Xcompiler", "-fPIC",
+                             "-I" + os.path.join(ROOT, "csrc"),
+                             "-c", source, "-o", obj])
+        # one nvcc per core: the files are independent
+        workers = max(1, min(len(commands), os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for cmd in commands:
+                print(" ".join(cmd))
+            list(pool.map(subprocess.check_call, commands))
+        objects = [cmd[-1] for cmd in commands]
         ext.extra_objects = list(ext.extra_objects or []) + objects
 
 
