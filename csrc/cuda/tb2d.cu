@@ -1,241 +1,376 @@
 /*
- * tb2d.cu -- temporal blocking of planar 3 x 3 stencils on CUDA cores:
- * T time steps per trip through device memory (the 2.5D idea of the
- * blocking seed, as overlapped tiles).
+ * tb2d.cu -- temporal blocking of planar 3 x 3 stencils on CUDA cores, in
+ * registers: each warp streams down a strip of the plane and carries T
+ * time steps in flight, so the grid is read and written once per T steps
+ * and the steps themselves touch no shared memory (the 2.5D blocking of
+ * the blocking seed, as the streaming kernels of AN5D and EBISU do it).
  *
- * A block owns an output tile of (TB_W - 2T) x (TB_ROWS - 2T) points of
- * one plane.  It reads the tile with T cells of margin on every side
- * (TB_W x TB_ROWS doubles) into shared memory, then steps T times between
- * two shared buffers: level t is exact on the cells at least t from the
- * buffer's border (each step reads one cell further), so after T steps
- * the owned tile is exact and goes back to the grid.  The margins are
- * computed by both neighbouring tiles: (TB_W x TB_ROWS) / owned of the
- * work is redundant, traded for one read and one write of the grid per
- * T steps instead of per step.
+ * A warp owns a strip of SW = 32 V columns (lane l holds columns
+ * l V .. l V + V - 1) and a segment of rows.  It reads rows of level 0
+ * from T rows above its segment to T rows below, one per iteration,
+ * through a small per-warp ring of shared memory filled by asynchronous
+ * copies a few rows ahead.  Each row read cascades through the T levels:
+ * level t takes the row just completed at level t - 1 and completes the
+ * row one above it.  The stencil is "pushed": the arriving row's three
+ * row filters (the kernel's three rows applied along x) go to the three
+ * output rows that read it, so a level keeps two partial rows (2 V
+ * doubles per lane) and no old input.  Neighbours along x come from the
+ * next lanes by shuffles; each level is exact on one column fewer at
+ * either side of the strip, so after T levels the strip's central
+ * SW - 2M columns (M = T rounded up to whole lanes) are exact and stored.
  *
  * Boundary modes, exactly as repeated steps apply them:
- *  - wrap: the margins are read periodically, and every cell of the
- *    buffer is a real cell of the periodic grid: each is stepped.
- *  - constant: cells outside the grid are set to cval at every level
- *    instead of stepped.
- *  - nearest, reflect, mirror: cells outside the grid are not stepped;
- *    after each step they are refilled from the cells of the same level
- *    that the mode maps them to (cs_extend_index), which lie within T of
- *    the edge, inside the tile (the planner takes this kernel only for
- *    grids at least TB_MIN_EXTENT wide, and the last tile along an axis
- *    is moved back to end at the grid's edge, so every tile holds T cells
- *    of the grid past each edge it touches).
- * Tiles that touch no edge (nearly all) skip those tests.
+ *  - wrap: rows and columns are read periodically; every cell is a real
+ *    cell of the periodic grid and is stepped.
+ *  - constant: an arriving row outside the grid, and columns outside it,
+ *    read cval at every level.
+ *  - nearest, reflect, mirror: cells outside the grid take, at every
+ *    level, the value of the cell the mode maps them to.  Along x the
+ *    lane holding the edge column substitutes that cell for the column
+ *    beyond the edge; along y a row outside the grid adds nothing, and
+ *    the row the mode maps the outside row to adds the kernel row it
+ *    would have met there to the edge row (the only row that reads it).
+ * Strips away from the side edges and rows away from the top and bottom
+ * run code without those tests (template flags).
  *
- * Threads: TB_W columns x TB_SEGS row segments.  A thread steps its
- * column down its segment with the three input rows it needs in
- * registers (three shared loads per output instead of nine); a plus (the
- * 5-point star, heat2d) takes 5 multiply-adds per output, a box 9.
- * Blocks are persistent, one per SM, with three buffers (192 KB): while
- * the block steps one tile between two of them, the next tile's input
- * arrives in the third by asynchronous copies (cp.async), so the trip
- * through memory overlaps the steps.
+ * Measured on the H100 (10240^2, depth 8) against the kernel this one
+ * replaced (shared-memory tiles of 128 x 64 stepped by 512 threads, one
+ * block per SM, bound by shared-memory traffic and latency): heat2d 741
+ * against 407 G stencils/s, box2d9p 572 against 337.  Two columns per
+ * lane beat four (registers: four spill at depth 8); the row loop is
+ * unrolled by two so that one row's later levels overlap the next row's
+ * first ones.
  */
 #include "kernels.cuh"
 #include "async_copy.cuh"
 
 #include <string.h>
 
-#define TB_W 128                   /* buffer columns: the block's threads */
-#define TB_ROWS 64                 /* buffer rows */
-#define TB_SEGS 4                  /* row segments */
-#define TB_SEG_ROWS (TB_ROWS / TB_SEGS)
-#define TB_THREADS (TB_W * TB_SEGS) /* 512 */
-#define TB_BUF (TB_W * TB_ROWS)   /* doubles per buffer */
-#define TB_SMEM (3 * TB_BUF * sizeof(double))
+#define TS_WARPS 4  /* warps per block, each on its own strip segment */
+#define TS_RING 4   /* rows of level 0 per warp in flight or waiting */
+#define TS_V 2      /* columns per lane */
+#define TS_UNROLL 2 /* rows per turn of the row loop */
+#define TS_MIN_BLOCKS 3 /* blocks per SM the registers must allow */
 
-typedef struct tb2d_params {
+typedef struct tbs_params {
     const double *in; /* origins (interior element (0, 0, 0)) */
     double *out;
     ptrdiff_t in_pitch, in_plane, out_pitch, out_plane;
     ptrdiff_t nz, ny, nx;
     ptrdiff_t lim_y, lim_x; /* unused: cs_params_grids fills them */
-    ptrdiff_t tiles_x, tiles_y, tiles;
+    ptrdiff_t strips, segs, seg_rows, items;
     cs_mode mode;
     double cval;
     double w[9];
-} tb2d_params;
+} tbs_params;
 
-/* The tile's first owned column or row along an axis of n cells: tiles
-   of `own` cells, the last one moved back to end at the edge. */
+/* The strip's first owned column along an axis of n cells: strips of
+   `own` columns, the last one moved back to end at the edge. */
 static __device__ __forceinline__ ptrdiff_t
-tile_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
+strip_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
 {
     const ptrdiff_t start = index * own;
     const ptrdiff_t last = n - own;
     return start < last ? start : (last > 0 ? last : 0);
 }
 
-/* Start level 0 of a tile: the tile and its margins from the grid by
-   asynchronous copies, the mode applied outside it (constant: cval,
-   stored at once). */
-static __device__ void
-tb2d_load(const tb2d_params &p, const double *src, double *b, ptrdiff_t ox,
-          ptrdiff_t oy)
-{
-    for (int i = threadIdx.x; i < TB_BUF; i += TB_THREADS) {
-        const ptrdiff_t gx = ox + i % TB_W, gy = oy + i / TB_W;
-        const bool inside = gx >= 0 && gx < p.nx && gy >= 0 && gy < p.ny;
-        if (inside) {
-            cs_copy_async8(b + i, src + gy * p.in_pitch + gx, true);
-        } else if (p.mode == CS_MODE_CONSTANT) {
-            b[i] = p.cval;
-        } else {
-            cs_copy_async8(b + i,
-                           src + cs_extend_index(gy, p.ny, p.mode)
-                                     * p.in_pitch
-                               + cs_extend_index(gx, p.nx, p.mode),
-                           true);
-        }
-    }
-}
+/* What a warp streams: its plane, strip and rows, and which edges of the
+   grid the strip meets. */
+struct tbs_strip {
+    const double *src;
+    double *dst;
+    ptrdiff_t gx0;    /* the lane's first column */
+    ptrdiff_t y0, y1; /* owned rows */
+    bool stores;      /* the lane holds owned columns */
+};
 
-/* One step from `a` to `b` on this thread's column and segment, within
-   the cells exact at level t; `edge`: skip cells outside the grid. */
-template <bool PLUS>
+/* Start reading level-0 row `row` into this lane's V cells of a ring
+   slot.  GENERAL: the row or some column of the strip lies outside the
+   grid, and is read as the mode maps it (constant: cval, written now);
+   otherwise the plain addresses. */
+template <int V, bool GENERAL>
 static __device__ __forceinline__ void
-tb2d_step(const tb2d_params &p, const double *a, double *b, int t,
-          bool edge, ptrdiff_t ox, ptrdiff_t oy)
+read_row(const tbs_params &p, const tbs_strip &s, ptrdiff_t row,
+         double *slot)
 {
-    const int c = threadIdx.x % TB_W;
-    const int seg = threadIdx.x / TB_W;
-    if (c < t || c >= TB_W - t) {
+    if (!GENERAL) {
+        const double *r = s.src + row * p.in_pitch + s.gx0;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            cs_copy_async8(slot + j, r + j, true);
+        }
         return;
     }
-    int y0 = seg * TB_SEG_ROWS, y1 = y0 + TB_SEG_ROWS;
-    y0 = y0 > t ? y0 : t;
-    y1 = y1 < TB_ROWS - t ? y1 : TB_ROWS - t;
-    if (y0 >= y1) {
-        return;
-    }
-    const ptrdiff_t gx = ox + c;
-    const bool col_out = edge && (gx < 0 || gx >= p.nx);
-    const double *r = a + (y0 - 1) * TB_W + c;
-    double u0 = r[-1], u1 = r[0], u2 = r[1];
-    r += TB_W;
-    double m0 = r[-1], m1 = r[0], m2 = r[1];
-    for (int y = y0; y < y1; y++) {
-        r += TB_W;
-        const double d0 = r[-1], d1 = r[0], d2 = r[1];
-        double s;
-        if (PLUS) {
-            s = p.w[1] * u1 + p.w[3] * m0 + p.w[4] * m1 + p.w[5] * m2
-                + p.w[7] * d1;
+    const bool row_in = row >= 0 && row < p.ny;
+    const ptrdiff_t m = row_in ? row : cs_extend_index(row, p.ny, p.mode);
+    const double *r = s.src + (m >= 0 ? m : 0) * p.in_pitch;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        const ptrdiff_t g = s.gx0 + j;
+        const bool inside = g >= 0 && g < p.nx;
+        const ptrdiff_t c = inside ? g : cs_extend_index(g, p.nx, p.mode);
+        if (p.mode == CS_MODE_CONSTANT && !(inside && row_in)) {
+            slot[j] = p.cval;
         } else {
-            s = p.w[0] * u0 + p.w[1] * u1 + p.w[2] * u2 + p.w[3] * m0
-                + p.w[4] * m1 + p.w[5] * m2 + p.w[6] * d0 + p.w[7] * d1
-                + p.w[8] * d2;
+            cs_copy_async8(slot + j, r + c, true);
         }
-        const ptrdiff_t gy = oy + y;
-        if (!edge || !(col_out || gy < 0 || gy >= p.ny)) {
-            b[y * TB_W + c] = s;
-        } else if (p.mode == CS_MODE_CONSTANT) {
-            b[y * TB_W + c] = p.cval; /* outside: cval at every level */
-        }
-        u0 = m0, u1 = m1, u2 = m2;
-        m0 = d0, m1 = d1, m2 = d2;
     }
 }
 
-/* nearest, reflect, mirror: the cells outside the grid at level t take
-   the values of the cells the mode maps them to. */
-static __device__ void
-tb2d_refill(const tb2d_params &p, double *b, int t, ptrdiff_t ox,
-            ptrdiff_t oy)
+/* The arriving row's neighbours along x: e[0] the column left of the
+   lane's first, e[1..V] its own, e[V + 1] the column right of its last.
+   XEDGE (the strip meets an edge, not wrap): the columns beyond it are
+   replaced as the mode says, by cval or by the cell the column next to
+   the edge maps to. */
+template <int V, bool XEDGE>
+static __device__ __forceinline__ void
+neighbours(const tbs_params &p, const double (&a)[V], double (&e)[V + 2],
+           ptrdiff_t gx0)
 {
-    for (int i = threadIdx.x; i < TB_W * TB_ROWS; i += TB_THREADS) {
-        const int x = i % TB_W, y = i / TB_W;
-        const ptrdiff_t gx = ox + x, gy = oy + y;
-        if (x < t || x >= TB_W - t || y < t || y >= TB_ROWS - t
-            || (gx >= 0 && gx < p.nx && gy >= 0 && gy < p.ny)) {
+    e[0] = __shfl_up_sync(0xffffffffu, a[V - 1], 1);
+    e[V + 1] = __shfl_down_sync(0xffffffffu, a[0], 1);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        e[j + 1] = a[j];
+    }
+    if (!XEDGE) {
+        return;
+    }
+    const bool mirror = p.mode == CS_MODE_MIRROR;
+#pragma unroll
+    for (int i = 0; i < V + 2; i++) {
+        const ptrdiff_t g = gx0 - 1 + i;
+        if (p.mode == CS_MODE_CONSTANT) {
+            if (g < 0 || g >= p.nx) {
+                e[i] = p.cval;
+            }
             continue;
         }
-        const ptrdiff_t mx = cs_extend_index(gx, p.nx, p.mode) - ox;
-        const ptrdiff_t my = cs_extend_index(gy, p.ny, p.mode) - oy;
-        b[i] = b[my * TB_W + mx];
-    }
-}
-
-/* Level T's owned cells inside the grid back to the output. */
-template <int T>
-static __device__ void
-tb2d_store(const tb2d_params &p, const double *b, double *dst, ptrdiff_t ox,
-           ptrdiff_t oy)
-{
-    constexpr int OWN_X = TB_W - 2 * T, OWN_Y = TB_ROWS - 2 * T;
-    for (int i = threadIdx.x; i < OWN_X * OWN_Y; i += TB_THREADS) {
-        const int x = T + i % OWN_X, y = T + i / OWN_X;
-        const ptrdiff_t gx = ox + x, gy = oy + y;
-        if (gx >= 0 && gx < p.nx && gy >= 0 && gy < p.ny) {
-            dst[gy * p.out_pitch + gx] = b[y * TB_W + x];
+        /* only the column next to the edge is read by cells inside; where
+           the substitute lies outside e, this lane holds no cell inside */
+        if (g == -1 && i + 2 < V + 2) {
+            e[i] = mirror ? e[i + 2] : e[i + 1];
+        }
+        if (g == p.nx && i >= 2) {
+            e[i] = mirror ? e[i - 2] : e[i - 1];
         }
     }
 }
 
-/* The tile's origin (its first buffer cell: owned origin minus T). */
-template <int T>
+/* Kernel row k (0: the row above the output, 2: below) along x, added
+   to acc. */
+template <bool PLUS>
+static __device__ __forceinline__ double
+row_filter(const tbs_params &p, int k, const double *e, double acc)
+{
+    if (PLUS && k != 1) {
+        return fma(p.w[3 * k + 1], e[1], acc);
+    }
+    acc = fma(p.w[3 * k], e[0], acc);
+    acc = fma(p.w[3 * k + 1], e[1], acc);
+    return fma(p.w[3 * k + 2], e[2], acc);
+}
+
+/*
+ * One level: row `rin` of level t - 1 arrives in a; on return a holds
+ * row rin - 1 of level t.  p1: the partial sum of output row rin - 1
+ * (rows rin - 2 and rin - 1 added), p0: that of row rin (row rin - 1
+ * added).  YEDGE: some level of this iteration meets a row at or beyond
+ * an edge of the grid (not wrap).
+ */
+template <int V, bool PLUS, bool XEDGE, bool YEDGE>
 static __device__ __forceinline__ void
-tb2d_origin(const tb2d_params &p, ptrdiff_t tile, ptrdiff_t *z,
-            ptrdiff_t *ox, ptrdiff_t *oy)
+level_step(const tbs_params &p, double (&a)[V], double (&p0)[V],
+           double (&p1)[V], ptrdiff_t rin, ptrdiff_t gx0)
 {
-    const ptrdiff_t per_plane = p.tiles_x * p.tiles_y;
-    const ptrdiff_t rest = tile % per_plane;
-    *z = tile / per_plane;
-    *ox = tile_origin(rest % p.tiles_x, TB_W - 2 * T, p.nx) - T;
-    *oy = tile_origin(rest / p.tiles_x, TB_ROWS - 2 * T, p.ny) - T;
-}
-
-template <int T, bool PLUS>
-__global__ void __launch_bounds__(TB_THREADS, 1)
-tb2d_kernel(tb2d_params p)
-{
-    extern __shared__ double smem[];
-    /* level 0 of this tile, its partner, the next tile's level 0 */
-    double *cur = smem, *alt = smem + TB_BUF, *nxt = smem + 2 * TB_BUF;
-    ptrdiff_t z, ox, oy;
-    if (blockIdx.x < p.tiles) {
-        tb2d_origin<T>(p, blockIdx.x, &z, &ox, &oy);
-        tb2d_load(p, p.in + z * p.in_plane, cur, ox, oy);
-    }
-    cs_copy_commit();
-    for (ptrdiff_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-        tb2d_origin<T>(p, tile, &z, &ox, &oy);
-        const ptrdiff_t next = tile + gridDim.x;
-        if (next < p.tiles) {
-            ptrdiff_t nz, nox, noy;
-            tb2d_origin<T>(p, next, &nz, &nox, &noy);
-            tb2d_load(p, p.in + nz * p.in_plane, nxt, nox, noy);
+    if (YEDGE && (rin < 0 || rin >= p.ny)) {
+        if (p.mode == CS_MODE_CONSTANT) {
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                a[j] = p.cval;
+            }
+        } else { /* adds nothing: the row it maps to adds for it */
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                a[j] = p1[j];
+                p1[j] = p0[j];
+                p0[j] = 0.0;
+            }
+            return;
         }
-        cs_copy_commit();
-        cs_copy_wait<1>(); /* this tile's copies are done */
-        __syncthreads();
-        const bool edge = p.mode != CS_MODE_WRAP
-                          && (ox < 0 || oy < 0 || ox + TB_W > p.nx
-                              || oy + TB_ROWS > p.ny);
-        const bool refill = edge && p.mode != CS_MODE_CONSTANT;
-        for (int t = 1; t <= T; t++) {
-            /* level t - 1 in cur (t odd) or alt; level t in the other */
-            const double *from = (t & 1) ? cur : alt;
-            double *to = (t & 1) ? alt : cur;
-            tb2d_step<PLUS>(p, from, to, t, edge, ox, oy);
-            __syncthreads();
-            if (refill) {
-                tb2d_refill(p, to, t, ox, oy);
-                __syncthreads();
+    }
+    double e[V + 2];
+    neighbours<V, XEDGE>(p, a, e, gx0);
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        a[j] = row_filter<PLUS>(p, 2, e + j, p1[j]);
+        p1[j] = row_filter<PLUS>(p, 1, e + j, p0[j]);
+        p0[j] = row_filter<PLUS>(p, 0, e + j, 0.0);
+    }
+    if (!YEDGE || p.mode == CS_MODE_CONSTANT) {
+        return;
+    }
+    /* row -1 is row 0 (nearest, reflect) or 1 (mirror); row ny is row
+       ny - 1 or ny - 2: that row also meets the kernel row that would
+       have read the outside row, on the edge row's sum */
+    const bool mirror = p.mode == CS_MODE_MIRROR;
+    if (rin == (mirror ? 1 : 0)) { /* output row 0: a (mirror) or p1 */
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            if (mirror) {
+                a[j] = row_filter<PLUS>(p, 0, e + j, a[j]);
+            } else {
+                p1[j] = row_filter<PLUS>(p, 0, e + j, p1[j]);
             }
         }
-        tb2d_store<T>(p, (T & 1) ? alt : cur, p.out + z * p.out_plane, ox,
-                      oy);
-        __syncthreads(); /* cur and alt are free: rotate */
-        double *done = cur;
-        cur = nxt;
-        nxt = alt;
-        alt = done;
+    }
+    if (rin == p.ny - (mirror ? 2 : 1)) { /* row ny - 1: p0 (mirror), p1 */
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            if (mirror) {
+                p0[j] = row_filter<PLUS>(p, 2, e + j, p0[j]);
+            } else {
+                p1[j] = row_filter<PLUS>(p, 2, e + j, p1[j]);
+            }
+        }
+    }
+}
+
+/* The levels' partial sums, carried from row to row. */
+template <int V, int T>
+struct tbs_levels {
+    double p0[T][V], p1[T][V];
+};
+
+/* Rows r0 .. r1 - 1 of level 0: each is read TS_RING - 1 rows ahead,
+   cascades through the T levels, and row r - T of level T is stored.
+   GENERAL_READ, XEDGE, YEDGE: as read_row and level_step say, for every
+   row of the range; XREAD: some column of the strip lies outside the grid
+   (not stored). */
+template <int V, int T, bool PLUS, bool XEDGE, bool XREAD, bool YEDGE,
+          bool GENERAL_READ, int U>
+static __device__ __forceinline__ void
+stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
+            double *ring, int &slot, ptrdiff_t r0, ptrdiff_t r1,
+            ptrdiff_t last)
+{
+    constexpr int SW = 32 * V;
+#pragma unroll U
+    for (ptrdiff_t r = r0; r < r1; r++) {
+        const ptrdiff_t ahead = r + TS_RING - 1;
+        if (ahead <= last) {
+            read_row<V, GENERAL_READ>(p, s, ahead,
+                                      ring + ((slot + TS_RING - 1) % TS_RING)
+                                                 * SW);
+        }
+        cs_copy_commit();
+        cs_copy_wait<TS_RING - 1>(); /* row r's copies (this lane's) */
+        double a[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            a[j] = ring[slot * SW + j];
+        }
+        slot = (slot + 1) % TS_RING;
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            level_step<V, PLUS, XEDGE, YEDGE>(p, a, L.p0[t], L.p1[t], r - t,
+                                              s.gx0);
+        }
+        const ptrdiff_t row = r - T; /* completed at level T */
+        if (s.stores && row >= s.y0 && row < s.y1) {
+            double *out = s.dst + row * p.out_pitch + s.gx0;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                if (!XREAD || s.gx0 + j < p.nx) { /* >= 0: a storing lane */
+                    out[j] = a[j];
+                }
+            }
+        }
+    }
+}
+
+/* A warp's whole stream: the rows near the grid's top and bottom edges
+   (or read from beyond them) with the edge tests, the rest without.
+   XEDGE: as level_step says; XREAD: some column of the strip lies
+   outside the grid (its reads are mapped). */
+template <int V, int T, bool PLUS, bool XEDGE, bool XREAD, int U>
+static __device__ __forceinline__ void
+stream_strip(const tbs_params &p, const tbs_strip &s, double *ring)
+{
+    tbs_levels<V, T> L;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            L.p0[t][j] = 0.0;
+            L.p1[t][j] = 0.0;
+        }
+    }
+    const ptrdiff_t first = s.y0 - T, last = s.y1 - 1 + T;
+#pragma unroll
+    for (int i = 0; i < TS_RING - 1; i++) {
+        if (first + i <= last) {
+            read_row<V, true>(p, s, first + i, ring + i * (32 * V));
+        }
+        cs_copy_commit();
+    }
+    /* plain rows [lo, hi): every level's row inside the grid and off the
+       edge rows (rin from r - T + 1 to r, in 2 .. ny - 3), and the row
+       read ahead inside too */
+    ptrdiff_t lo = T + 1 > first ? T + 1 : first;
+    lo = lo < last + 1 ? lo : last + 1;
+    ptrdiff_t hi = p.ny - TS_RING < last + 1 ? p.ny - TS_RING : last + 1;
+    hi = hi > lo ? hi : lo;
+    int slot = 0;
+    /* the plain rows unrolled by U; the edge rows once each */
+    if (p.mode == CS_MODE_WRAP) { /* every row a real row: no edge tests */
+        stream_rows<V, T, PLUS, XEDGE, XREAD, false, true, 1>(
+            p, s, L, ring, slot, first, lo, last);
+        stream_rows<V, T, PLUS, XEDGE, XREAD, false, XREAD, U>(
+            p, s, L, ring, slot, lo, hi, last);
+        stream_rows<V, T, PLUS, XEDGE, XREAD, false, true, 1>(
+            p, s, L, ring, slot, hi, last + 1, last);
+        return;
+    }
+    stream_rows<V, T, PLUS, XEDGE, XREAD, true, true, 1>(p, s, L, ring, slot,
+                                                         first, lo, last);
+    stream_rows<V, T, PLUS, XEDGE, XREAD, false, XREAD, U>(p, s, L, ring, slot,
+                                                           lo, hi, last);
+    stream_rows<V, T, PLUS, XEDGE, XREAD, true, true, 1>(p, s, L, ring, slot,
+                                                         hi, last + 1, last);
+}
+
+template <int V, int T, bool PLUS>
+__global__ void __launch_bounds__(TS_WARPS * 32, TS_MIN_BLOCKS)
+tbs_kernel(tbs_params p)
+{
+    constexpr int SW = 32 * V;
+    constexpr int M = (T + V - 1) / V * V; /* margin, whole lanes */
+    constexpr int OWN = SW - 2 * M;
+    extern __shared__ double smem[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const ptrdiff_t item = (ptrdiff_t)blockIdx.x * TS_WARPS + warp;
+    if (item >= p.items) {
+        return; /* the whole warp: nothing below waits on other warps */
+    }
+    double *ring = smem + (warp * TS_RING * SW + lane * V);
+    const ptrdiff_t strip = item % p.strips;
+    const ptrdiff_t seg = (item / p.strips) % p.segs;
+    const ptrdiff_t z = item / (p.strips * p.segs);
+    const ptrdiff_t ox = strip_origin(strip, OWN, p.nx) - M;
+    tbs_strip s;
+    s.src = p.in + z * p.in_plane;
+    s.dst = p.out + z * p.out_plane;
+    s.gx0 = ox + lane * V;
+    s.y0 = seg * p.seg_rows;
+    s.y1 = s.y0 + p.seg_rows < p.ny ? s.y0 + p.seg_rows : p.ny;
+    s.stores = lane >= M / V && lane < (SW - M) / V;
+    if (ox >= 0 && ox + SW <= p.nx) {
+        stream_strip<V, T, PLUS, false, false, TS_UNROLL>(p, s, ring);
+    } else if (p.mode == CS_MODE_WRAP) { /* columns read mapped, all real */
+        stream_strip<V, T, PLUS, false, true, TS_UNROLL>(p, s, ring);
+    } else {
+        stream_strip<V, T, PLUS, true, true, TS_UNROLL>(p, s, ring);
     }
     cs_copy_wait<0>();
 }
@@ -244,23 +379,59 @@ tb2d_kernel(tb2d_params p)
  * host
  * --------------------------------------------------------------------- */
 
+/* Segments per strip: enough warps for the device, each segment's 2T
+   extra rows of reading weighed against its length.  A launch of more
+   warps than fit at once ends in a ragged last round (blocks start as
+   others finish), priced at half a round. */
+static ptrdiff_t
+choose_segments(ptrdiff_t columns, ptrdiff_t ny, int depth,
+                ptrdiff_t resident_warps)
+{
+    ptrdiff_t best = 1;
+    double best_cost = 0.0;
+    const ptrdiff_t top = ny < 4096 ? ny : 4096;
+    for (ptrdiff_t s = 1; s <= top; s++) {
+        const ptrdiff_t rows = CEIL_DIV(ny, s);
+        const ptrdiff_t rounds = CEIL_DIV(columns * s, resident_warps);
+        const double cost = ((double)rounds + (rounds > 1 ? 0.5 : 0.0))
+                            * (double)(rows + 2 * depth);
+        if (s == 1 || cost < best_cost) {
+            best = s;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
 template <int T, bool PLUS>
 static cs_status
-tb2d_launch(cs_cuda_ctx *ctx, tb2d_params *p)
+tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
 {
-    p->tiles_x = CEIL_DIV(p->nx, (ptrdiff_t)(TB_W - 2 * T));
-    p->tiles_y = CEIL_DIV(p->ny, (ptrdiff_t)(TB_ROWS - 2 * T));
-    p->tiles = p->tiles_x * p->tiles_y * p->nz;
+    constexpr int V = TS_V;
+    constexpr int SW = 32 * V;
+    constexpr int M = (T + V - 1) / V * V;
+    constexpr int threads = TS_WARPS * 32;
+    const size_t smem = (size_t)TS_WARPS * TS_RING * SW * sizeof(double);
+    int per_sm = 0;
     CS_CUDA_CHECK(ctx,
-                  cudaFuncSetAttribute(
-                      tb2d_kernel<T, PLUS>,
-                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                      (int)TB_SMEM),
-                  "cudaFuncSetAttribute (tb2d shared memory)");
-    const unsigned grid = (unsigned)(p->tiles < ctx->sms ? p->tiles
-                                                          : ctx->sms);
-    tb2d_kernel<T, PLUS><<<grid, TB_THREADS, TB_SMEM, ctx->stream>>>(*p);
-    return cs_cuda_check_launch(ctx, "tb2d_kernel");
+                  cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                      &per_sm, tbs_kernel<V, T, PLUS>, threads, smem),
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor (tb2d)");
+    const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1)
+                               * TS_WARPS;
+    p->strips = CEIL_DIV(p->nx, (ptrdiff_t)(SW - 2 * M));
+    p->segs = choose_segments(p->strips * p->nz, p->ny, T, resident);
+    p->seg_rows = CEIL_DIV(p->ny, p->segs);
+    p->items = p->strips * p->segs * p->nz;
+    const ptrdiff_t blocks = CEIL_DIV(p->items, (ptrdiff_t)TS_WARPS);
+    if (blocks > 0x7fffffff) {
+        cs_cuda_message(ctx, "tb2d: grid of %lld planes too large",
+                        (long long)p->nz);
+        return CS_ERR_INVALID;
+    }
+    const unsigned grid = (unsigned)blocks;
+    tbs_kernel<V, T, PLUS><<<grid, threads, smem, ctx->stream>>>(*p);
+    return cs_cuda_check_launch(ctx, "tb2d kernel");
 }
 
 cs_status
@@ -270,8 +441,7 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     int ok = in->origin != NULL && out->origin != NULL
              && in->origin != out->origin && k->host_weights != NULL
              && k->size[0] == 1 && k->size[1] == 3 && k->size[2] == 3
-             && depth >= 1 && depth <= CS_TB2D_MAX_DEPTH && ctx->sms > 0
-             && (size_t)ctx->smem_optin >= TB_SMEM;
+             && depth >= 1 && depth <= CS_TB2D_MAX_DEPTH && ctx->sms > 0;
     for (int a = 0; a < 3 && ok; a++) {
         ok = in->n[a] == out->n[a] && in->n[a] >= 1;
     }
@@ -282,7 +452,7 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                              "depth");
         return CS_ERR_INVALID;
     }
-    tb2d_params p;
+    tbs_params p;
     memset(&p, 0, sizeof(p));
     cs_params_grids(&p, in, out);
     p.mode = mode;
@@ -290,21 +460,21 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     memcpy(p.w, k->host_weights, sizeof(p.w));
     const int plus = cs_taps_plus(3, p.w);
     switch (depth * 2 + plus) {
-    case 2: return tb2d_launch<1, false>(ctx, &p);
-    case 3: return tb2d_launch<1, true>(ctx, &p);
-    case 4: return tb2d_launch<2, false>(ctx, &p);
-    case 5: return tb2d_launch<2, true>(ctx, &p);
-    case 6: return tb2d_launch<3, false>(ctx, &p);
-    case 7: return tb2d_launch<3, true>(ctx, &p);
-    case 8: return tb2d_launch<4, false>(ctx, &p);
-    case 9: return tb2d_launch<4, true>(ctx, &p);
-    case 10: return tb2d_launch<5, false>(ctx, &p);
-    case 11: return tb2d_launch<5, true>(ctx, &p);
-    case 12: return tb2d_launch<6, false>(ctx, &p);
-    case 13: return tb2d_launch<6, true>(ctx, &p);
-    case 14: return tb2d_launch<7, false>(ctx, &p);
-    case 15: return tb2d_launch<7, true>(ctx, &p);
-    case 16: return tb2d_launch<8, false>(ctx, &p);
-    default: return tb2d_launch<8, true>(ctx, &p);
+    case 2: return tbs_launch<1, false>(ctx, &p);
+    case 3: return tbs_launch<1, true>(ctx, &p);
+    case 4: return tbs_launch<2, false>(ctx, &p);
+    case 5: return tbs_launch<2, true>(ctx, &p);
+    case 6: return tbs_launch<3, false>(ctx, &p);
+    case 7: return tbs_launch<3, true>(ctx, &p);
+    case 8: return tbs_launch<4, false>(ctx, &p);
+    case 9: return tbs_launch<4, true>(ctx, &p);
+    case 10: return tbs_launch<5, false>(ctx, &p);
+    case 11: return tbs_launch<5, true>(ctx, &p);
+    case 12: return tbs_launch<6, false>(ctx, &p);
+    case 13: return tbs_launch<6, true>(ctx, &p);
+    case 14: return tbs_launch<7, false>(ctx, &p);
+    case 15: return tbs_launch<7, true>(ctx, &p);
+    case 16: return tbs_launch<8, false>(ctx, &p);
+    default: return tbs_launch<8, true>(ctx, &p);
     }
 }

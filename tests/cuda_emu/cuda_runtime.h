@@ -153,6 +153,10 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
 // ---- kernel-side emulation hooks ------------------------------------
 void __syncthreads(void);
 void cs_emu_dmma_16x8x4(double (&d)[4], double a0, double a1, double b0);
+// warp shuffles of doubles: every lane of the warp must take part (the
+// full mask), as the engine's kernels do
+double __shfl_up_sync(unsigned mask, double v, unsigned delta);
+double __shfl_down_sync(unsigned mask, double v, unsigned delta);
 double *cs_emu_dynamic_smem(void);
 
 // ---- launches and function attributes --------------------------------
@@ -171,6 +175,15 @@ cudaError_t cudaFuncSetAttribute(F *fn, cudaFuncAttribute a, int v)
         if (v < 0 || v > 232448) return cudaErrorInvalidValue;
         cs_emu::max_dynamic_smem((const void *)fn) = (size_t)v;
     }
+    return cudaSuccess;
+}
+// EMU_OCCUPANCY: the blocks per SM reported (default 3)
+int cs_emu_occupancy(void);
+template <class F>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F *, int,
+                                                          size_t)
+{
+    *n = cs_emu_occupancy();
     return cudaSuccess;
 }
 template <class F>

@@ -16,7 +16,7 @@ thread_local std::barrier<> *block_barrier = nullptr;
 thread_local double *dyn_smem = nullptr;
 
 struct Warp {
-    double a0[32], a1[32], b0[32];
+    double a0[32], a1[32], b0[32], xch[32];
     std::barrier<> bar{32};
 };
 thread_local Warp *my_warp = nullptr;
@@ -140,6 +140,30 @@ void cs_emu_dmma_16x8x4(double (&d)[4], double a0, double a1, double b0) {
     }
     w->bar.arrive_and_wait();
     for (int i = 0; i < 4; i++) d[i] = r[i];
+}
+
+// A shuffle: every lane posts its value, then reads its source lane's (its
+// own when the source is outside the warp, as on the device).
+static double shuffle(double v, int src) {
+    Warp *w = my_warp;
+    const int lane = threadIdx.x % 32;
+    w->xch[lane] = v;
+    w->bar.arrive_and_wait();
+    const double r = src >= 0 && src < 32 ? w->xch[src] : v;
+    w->bar.arrive_and_wait();
+    return r;
+}
+double __shfl_up_sync(unsigned mask, double v, unsigned delta) {
+    if (mask != 0xffffffffu) abort();  // partial warps are not emulated
+    return shuffle(v, (int)(threadIdx.x % 32) - (int)delta);
+}
+double __shfl_down_sync(unsigned mask, double v, unsigned delta) {
+    if (mask != 0xffffffffu) abort();
+    return shuffle(v, (int)(threadIdx.x % 32) + (int)delta);
+}
+int cs_emu_occupancy(void) {
+    const char *s = getenv("EMU_OCCUPANCY");
+    return s ? atoi(s) : 3;
 }
 
 // ---- runtime API ------------------------------------------------------

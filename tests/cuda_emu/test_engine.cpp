@@ -627,6 +627,24 @@ static void expect_device_selection(cs_status none) {
     }
 }
 
+// tb2d (cuda-core path, planar 3 x 3): every mode, passes of 8 and a
+// tail pass of every depth, strips moved back at the far edges, edges
+// inside a lane (widths odd), several planes and segments.
+static void tb2d_cases(bool quick) {
+    const cs_cuda_path CC = CS_CUDA_PATH_CUDA_CORE;
+    Kern heat2d = make_kernel("heat2d", 2, 1, 3, 3, true);
+    Kern r33 = make_kernel("r3x3", 2, 1, 3, 3, false, true);
+    for (int m = 0; m < CS_MODE_COUNT; m++) {
+        cs_mode mode = (cs_mode)m;
+        run_case(heat2d, 1, 70, 150, mode, 0.5, 11, CC, false, "cuda-core", 8);
+        run_case(r33, 2, 17, 16, mode, -1.5, 5, CC, false, "cuda-core", 5);
+        run_case(r33, 1, 19, 23, mode, 0.25, 7, CC, false, "cuda-core", 7);
+        if (quick) continue;
+        run_case(heat2d, 1, 41, 131, mode, -0.5, 19, CC, false, "cuda-core", 8);
+        run_case(r33, 3, 16, 117, mode, 2.0, 3, CC, false, "cuda-core", 3);
+    }
+}
+
 int main(int argc, char **argv) {
     const bool quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     if (argc > 1 && strncmp(argv[1], "tc3d", 4) == 0) {
@@ -635,6 +653,12 @@ int main(int argc, char **argv) {
         tc3d_cases(strcmp(argv[1], "tc3d-quick") == 0);
         printf("%d passed, %d failed\n", passes, failures);
         return failures != 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "tb2d") == 0) {
+        // development: the tb2d cases alone
+        tb2d_cases(false);
+        printf("%d passed, %d failed\n", passes, failures);
+        return failures ? 1 : 0;
     }
     if (argc > 1 && strcmp(argv[1], "session") == 0) {
         // development: the session cases alone
@@ -671,14 +695,7 @@ int main(int argc, char **argv) {
     Kern k1d1 = make_kernel("k1d1", 1, 1, 1, 1);
     Kern k1d9 = make_kernel("k1d9", 1, 1, 1, 9);
 
-    // ---- tb2d (cuda-core path, planar 3 x 3): every mode, passes of 8
-    // and a tail pass, tiles moved back at the far edges, several planes
-    Kern r33 = make_kernel("r3x3", 2, 1, 3, 3, false, true);
-    for (int m = 0; m < CS_MODE_COUNT; m++) {
-        cs_mode mode = (cs_mode)m;
-        run_case(heat2d, 1, 70, 150, mode, 0.5, 11, CC, false, "cuda-core", 8);
-        run_case(r33, 2, 17, 16, mode, -1.5, 5, CC, false, "cuda-core", 5);
-    }
+    tb2d_cases(quick);
     run_case(box9, 1, 15, 40, CS_MODE_REFLECT, 0.0, 4, CC, false, "cuda-core", 1);  // too small for tb2d
 
     // ---- tensor-core path: every mode, fused depths 1..3, remainders
