@@ -271,13 +271,15 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
         # copy the grid first (its passes must not write what they read)
         out = np.empty(src.shape, dtype=np.float64)
     engine, path = _backends.BACKEND_CODES[name]
+    if name in _backends.CUDA_BACKENDS:
+        path = _backends.gpu_path(name, src.shape, w, mode, steps)
     interruptible = _in_main_thread()
     bar = _watch.Progress(steps, progress)
     infos = []
 
     if name in _backends.CUDA_BACKENDS and every is not None:
         return _apply_host_on_device(src, grid, w, steps, mode, cval, name,
-                                     out, every, callback, bar)
+                                     path, out, every, callback, bar)
 
     def run(a, b, n, done):
         start = time.perf_counter()
@@ -326,8 +328,8 @@ def _merge(infos):
     return info
 
 
-def _apply_host_on_device(src, grid, w, steps, mode, cval, name, out, every,
-                          callback, bar):
+def _apply_host_on_device(src, grid, w, steps, mode, cval, name, path, out,
+                          every, callback, bar):
     """A host grid run in segments on the GPU: uploaded once, the state
     kept on the device between segments, downloaded for each callback."""
     state = _device.DeviceArray(src.shape)
@@ -342,7 +344,7 @@ def _apply_host_on_device(src, grid, w, steps, mode, cval, name, out, every,
 
     view = _device.device_view(state)
     try:
-        infos = _run_device_segments(view, state, w, steps, mode, cval, name,
+        infos = _run_device_segments(view, state, w, steps, mode, cval, path,
                                      every, report, bar, 0, state)
     except BaseException:
         bar.close(False)
@@ -406,15 +408,14 @@ def _check_device_out(view, shape):
         raise ValueError("out is read-only")
 
 
-def _run_device(src, dst, w, n, mode, cval, name, stream, progress):
-    engine, path = _backends.BACKEND_CODES[name]
+def _run_device(src, dst, w, n, mode, cval, path, stream, progress):
     return _core.run_device(
         src.ptr, src.code, src.strides_3d(), dst.ptr, dst.strides_3d(),
         src.shape_3d(), w, n, MODE_CODES[mode], cval, path, src.stream,
         dst.stream, stream, _in_main_thread(), progress)
 
 
-def _run_device_segments(first, first_obj, w, steps, mode, cval, name,
+def _run_device_segments(first, first_obj, w, steps, mode, cval, path,
                          every, report, bar, stream, last, last_view=None):
     """Segments between device arrays; `last` is an object (its view
     `last_view`, or parsed here).  Intermediate buffers are arrays of
@@ -433,7 +434,7 @@ def _run_device_segments(first, first_obj, w, steps, mode, cval, name,
 
     def run(a, b, n, done):
         sa = a if isinstance(a, _device.DeviceView) else view_of(a)
-        infos.append(_run_device(sa, view_of(b), w, n, mode, cval, name,
+        infos.append(_run_device(sa, view_of(b), w, n, mode, cval, path,
                                  stream, bar.offset(done)))
 
     def new_buffer():
@@ -457,13 +458,16 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
         out_view = _device.device_view(out, "out", consumer_stream=consumer)
         _check_device_out(out_view, view.shape)
     name = _device_backend(backend)
+    # chosen once for the whole run: segments of a run with a callback
+    # take the path the run without one takes
+    path = _backends.gpu_path(name, tuple(view.shape), w, mode, steps)
     result = out
     if out is None:
         result = _device.new_like(grid, view.shape)
         out_view = _device.fresh_view(result, view, consumer)
     if every is None and not progress:
         # the common call, kept short: many steps=1 calls are a scheme
-        info = _run_device(view, out_view, w, steps, mode, cval, name,
+        info = _run_device(view, out_view, w, steps, mode, cval, path,
                            handle, None)
         _record(info, steps, mode, (tuple(view.shape), w, name),
                 device_array=True)
@@ -474,12 +478,12 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
     staged = callback is not None and out_view.overlaps(view)
     last = _device.new_like(grid, tuple(view.shape)) if staged else result
     try:
-        infos = _run_device_segments(view, grid, w, steps, mode, cval, name,
+        infos = _run_device_segments(view, grid, w, steps, mode, cval, path,
                                      every, callback, bar, handle, last,
                                      None if staged else out_view)
         if staged:
             staged_view = _device.device_view(last, consumer_stream=consumer)
-            _run_device(staged_view, out_view, w, 0, mode, cval, name,
+            _run_device(staged_view, out_view, w, 0, mode, cval, path,
                         handle, None)
     except BaseException:
         bar.close(False)

@@ -1,13 +1,16 @@
 """Which backends this build and this machine can run, and why not; the
-GPU engine's cache of memory kept between calls."""
+GPU path backend "cuda" runs; the GPU engine's cache of memory kept
+between calls."""
 import atexit
+import os
+import re
 
 from . import _core
 
 # Backend name -> (engine code, GPU path code), the codes of
 # csrc/module.c and csrc/stencil.h (cs_cuda_path), exported by _core.
-# "cuda" lets the engine pick the path; "cuda-tc" and "cuda-core" force
-# one.
+# "cuda" runs the path the performance model predicts fastest
+# (gpu_path); "cuda-tc" and "cuda-core" force one.
 BACKEND_CODES = {
     "cpu": (_core.BACKEND_CPU, _core.PATH_AUTO),
     "cpu-tc": (_core.BACKEND_CPU_TC, _core.PATH_AUTO),
@@ -42,16 +45,41 @@ def cuda_device():
     return message if built and count > 0 else None
 
 
+_cc_major = None
+
+
+def cuda_cc_major():
+    """The CUDA device's compute capability major (9 when unknown)."""
+    global _cc_major
+    if _cc_major is None:
+        match = re.search(r", sm_(\d+)\d[,:]", cuda_device() or "")
+        _cc_major = int(match.group(1)) if match else 9
+    return _cc_major
+
+
+def gpu_path(name, shape, w, mode, steps):
+    """The engine's path code for a run of backend `name` (a CUDA one):
+    "cuda" takes the path _model.auto_gpu_path predicts fastest for this
+    grid, kernel, mode and step count; the others their own."""
+    if name != "cuda":
+        return BACKEND_CODES[name][1]
+    from . import _model
+    env = os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", "")
+    cap = int(env) if env.isdigit() else 0
+    path = _model.auto_gpu_path(shape, w, mode, steps, cuda_cc_major(), cap)
+    return (_core.PATH_TENSOR_CORE if path == "tensor-core"
+            else _core.PATH_CUDA_CORE)
+
+
 def backends():
     """Map each backend name to "available" or why it cannot run here.
 
     "cpu" is the direct C engine, "cpu-tc" the CPU emulation of the
     tensor-core algorithm (for verification, not speed), "cuda" the GPU
-    engine on the path its planner picks for the kernel (csrc/plan.c:
-    tensor cores for the kernels they fuse, CUDA cores for planar squares
-    of side 5 and 7 and for the 3D kernels cc3d streams;
-    last_run_info()["path"] says which); "cuda-tc" and "cuda-core" force
-    one path.
+    engine on the path the performance model predicts fastest for the
+    grid, kernel and step count (explain() shows the prediction;
+    last_run_info()["path"] says which ran); "cuda-tc" and "cuda-core"
+    force one path.
 
     >>> convstencil.backends()["cpu"]
     'available'

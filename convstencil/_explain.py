@@ -174,8 +174,12 @@ def _explain_gpu(shape, w, mode, steps, backend, max_depth, rates,
                  transfers):
     rates = _model.gpu_rates(rates)
     path = _GPU_PATHS[backend]
+    if path == "auto":  # as the engine chooses (_backends.gpu_path)
+        path = _model.fastest_gpu_path(shape, w, mode, steps, max_depth,
+                                       rates, _backends.cuda_cc_major())
     seconds, bound, passes, plan = _model.predict_gpu(
-        shape, w, mode, steps, path, max_depth, rates)
+        shape, w, mode, steps, path, max_depth, rates,
+        _backends.cuda_cc_major())
     device, assumed = _gpu_device()
     fields = _common(shape, steps, mode, backend, plan["path"],
                      plan["fused_depth"], plan["fused_passes"],
@@ -199,7 +203,8 @@ def _add_candidates(fields, shape, w, mode, steps, max_depth, rates, chosen):
     for path in _CANDIDATES:
         try:
             t, b, _, _ = _model.predict_gpu(shape, w, mode, steps, path,
-                                            max_depth, rates)
+                                            max_depth, rates,
+                                            _backends.cuda_cc_major())
         except ValueError as exc:
             alts.append({"path": path, "runs": False, "reason": str(exc),
                          "predicted_seconds": None, "bound": None,
@@ -366,8 +371,10 @@ def _predicted_cached(shape, wbytes, wshape, mode, steps, backend, path,
                     / (_model.H100["bandwidth"]
                        * _model.MEM_FRACTION["cudacore"]))
         if backend in _GPU_PATHS:
-            return _model.predict_gpu(shape, w, mode, steps,
-                                      _GPU_PATHS[backend], max_depth)[0]
+            # "cuda": the path the model chose and the engine ran
+            ran = path if path in _CANDIDATES else _GPU_PATHS[backend]
+            return _model.predict_gpu(shape, w, mode, steps, ran,
+                                      max_depth)[0]
         if backend == "cpu":
             rates = _model.cpu_rates()
             plan = _model.cpu_plan(shape, w, mode, steps, rates["threads"])

@@ -83,18 +83,24 @@ FP64_FRACTION = {"box": 0.40, "plus": 0.40, "rank1": 0.40, "diamond": 0.24,
 # star2d13p and box2d49p on tensor cores) x 125.7 B.
 SMEM_RATE = 18.2e12
 
-# tb2d's shared buffer (csrc/cuda/tb2d.cu: 128 columns x 64 rows, the
-# owned tile and `depth` cells of margin on each side), the shared-memory
-# accesses per cell and step (three loads of the next input row and one
-# store), the shared-memory rate and the fraction of the FP64 peak it
-# reaches: fitted to h100_2d_tb2d.md (depth 8 on 10240^2: heat2d, 5
-# multiply-adds, 406.6 G stencils/s, bound by shared memory at 15.9 TB/s;
-# box2d9p, 9, 336.6, bound by the FP64 units at 0.22 of their peak, with
-# 1.22 cells computed per owned one).
-TB2D_W, TB2D_ROWS = 128, 64
-TB2D_SMEM_ACCESSES = 4
-TB2D_SMEM_RATE = 15.9e12
-TB2D_FP64_FRACTION = 0.22
+# tb2d (csrc/cuda/tb2d.cu): each warp streams a strip of TB2D_STRIP
+# columns (TB2D_LANE_COLUMNS per lane) down a segment of rows, carrying
+# `depth` steps in registers; a depth needs a margin of `depth` columns,
+# in whole lanes, on either side of the columns it stores, and `depth`
+# rows above and below its segment.  TB2D_WARPS warps per block,
+# TB2D_BLOCKS_PER_SM blocks per SM (its launch bounds; the occupancy the
+# host asks the runtime for).
+TB2D_STRIP, TB2D_LANE_COLUMNS = 64, 2
+TB2D_WARPS, TB2D_BLOCKS_PER_SM = 4, 3
+TB2D_MAX_SEGMENTS = 4096
+# The step loop is bound by instruction issue: per cell and level, the
+# multiply-adds plus TB2D_OVERHEAD_OPS others (shuffles of the neighbour
+# columns, the ring's loads, moves), at TB2D_FP64_FRACTION of the FP64
+# peak in those units.  Fitted to depth 8 on 10240^2 (stop-25 kernel,
+# h100_2d_tb2d.md): heat2d (5 multiply-adds) 741 and box2d9p (9) 572 G
+# stencils/s give 8.5 other operations and 13.4 T cell-operations/s.
+TB2D_OVERHEAD_OPS = 8.5
+TB2D_FP64_FRACTION = 0.79
 
 # tc2d's tile (csrc/cuda/tc2d.cu, also tc3d's: 32 rows x 128 columns).
 TC_TILE_ROWS = 32
@@ -207,25 +213,54 @@ def _pass_time(resources, launches, rates, extra=0.0):
     return t + t_launch + extra, bound
 
 
+def tb2d_margin(depth):
+    """Columns of margin on either side of a tb2d strip's stored ones."""
+    lanes = -(-depth // TB2D_LANE_COLUMNS)
+    return lanes * TB2D_LANE_COLUMNS
+
+
+def tb2d_segments(columns, ny, depth, resident):
+    """Segments per strip, as tb2d.cu's choose_segments picks them: warps
+    enough for the device, each segment's 2 depth extra rows weighed
+    against its length, a ragged last round priced at half a round."""
+    best, best_cost = 1, None
+    for s in range(1, min(ny, TB2D_MAX_SEGMENTS) + 1):
+        rows = -(-ny // s)
+        rounds = -(-(columns * s) // resident)
+        cost = (rounds + (0.5 if rounds > 1 else 0.0)) * (rows + 2 * depth)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
 def _tb2d_pass(w, shape, depth, rates):
-    """Cost of one tb2d pass of `depth` steps: the buffer with its margins
-    read once and the owned tile written once; every step computes the
-    cells still exact in the buffer, the margins redundantly."""
-    npts = float(np.prod(shape))
-    own = (TB2D_W - 2 * depth) * (TB2D_ROWS - 2 * depth)
-    cells = sum((TB2D_W - 2 * t) * (TB2D_ROWS - 2 * t)
-                for t in range(1, depth + 1))
-    redundancy = cells / float(depth * own)
+    """Cost of one tb2d pass of `depth` steps: every warp reads its strip
+    with margins once and writes its stored columns once; each level
+    computes the whole strip, the margins redundantly, and the rows of
+    the segment and the `depth` above and below it."""
+    nz, ny, nx = (1,) * (3 - len(shape)) + tuple(shape)
+    npts = float(nz * ny * nx)
+    own = TB2D_STRIP - 2 * tb2d_margin(depth)
+    strips = -(-nx // own)
+    resident = rates["sms"] * TB2D_BLOCKS_PER_SM * TB2D_WARPS
+    segs = tb2d_segments(strips * nz, ny, depth, resident)
+    rows = -(-ny // segs)
+    items = strips * segs * nz
+    rounds = -(-items // resident)
+    # slots of warps that a ragged last round leaves idle
+    idle = ((rounds + 0.5) * resident / items if rounds > 1 else 1.0)
+    redundancy = (float(TB2D_STRIP * strips * (rows + 2 * depth) * segs)
+                  / (nx * ny))
     macs = 5 if kernel_taps(w.reshape(3, 3))["plus"] else 9
     useful = 2.0 * np.count_nonzero(w) * depth
     executed = 2.0 * macs * depth * redundancy
-    bytes_ = 8.0 * TB2D_W * TB2D_ROWS / own + 8.0
+    bytes_ = 8.0 * (TB2D_STRIP * strips * (rows + 2 * depth) * segs
+                    + nx * ny) / (nx * ny)
+    issue = 2.0 * (macs + TB2D_OVERHEAD_OPS) * depth * redundancy * idle
     res = {
         "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION["tb2d"]),
-        "FP64 units": npts * executed / (rates["fp64_flops"]
-                                         * TB2D_FP64_FRACTION),
-        "shared memory": npts * depth * redundancy * 8.0
-        * TB2D_SMEM_ACCESSES / TB2D_SMEM_RATE,
+        "FP64 units": npts * issue / (rates["fp64_flops"]
+                                      * TB2D_FP64_FRACTION),
     }
     seconds, bound = _pass_time(res, 1, rates)
     return Pass("fused pass", "tb2d", 0, depth, bytes_, useful, executed,
@@ -612,3 +647,39 @@ def predict_gpu(shape, w, mode, steps, path, max_depth=0, rates=None,
     total = sum(p.count * p.seconds for p in passes)
     heaviest = max(passes, key=lambda p: p.count * p.seconds)
     return total, heaviest.bound, passes, plan
+
+
+GPU_PATHS = ("tensor-core", "cuda-core")
+
+
+def fastest_gpu_path(shape, w, mode, steps, max_depth=0, rates=None,
+                     cc_major=9):
+    """Of the GPU paths that run w on a device of compute capability
+    `cc_major`, the one predicted fastest (tensor cores on a tie)."""
+    best, best_seconds = "cuda-core", None
+    for path in GPU_PATHS:
+        try:
+            seconds = predict_gpu(shape, w, mode, steps, path, max_depth,
+                                  rates, cc_major)[0]
+        except ValueError:  # the path cannot run this kernel or device
+            continue
+        if best_seconds is None or seconds < best_seconds:
+            best, best_seconds = path, seconds
+    return best
+
+
+@functools.lru_cache(maxsize=256)
+def _auto_path_cached(shape, wbytes, wshape, mode, steps, cc_major,
+                      max_depth):
+    w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
+    return fastest_gpu_path(shape, w, mode, steps, max_depth, None,
+                            cc_major)
+
+
+def auto_gpu_path(shape, w, mode, steps, cc_major=9, max_depth=0):
+    """The path backend "cuda" runs (fastest_gpu_path at the default
+    rates, cached per grid shape, kernel, mode and step count)."""
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    return _auto_path_cached(tuple(int(n) for n in shape), w.tobytes(),
+                             w.shape, mode, int(steps), int(cc_major),
+                             int(max_depth))

@@ -2,7 +2,11 @@
  * plan.c -- cs_plan_make: the engines' policy (see plan.h).
  *
  * Every choice here was measured on the H100 (benchmarks/results/):
- *  - AUTO takes tensor cores wherever they run the kernel, faster than
+ *  - The Python package does not pass AUTO: it passes the path its
+ *    performance model predicts fastest (convstencil/_model.py,
+ *    auto_gpu_path).  AUTO is this engine's own rule for callers of the
+ *    C API, as measured before tb2d: it takes tensor cores wherever they
+ *    run the kernel, faster than
  *    CUDA cores for every 1D preset and for the 2D kernels they fuse
  *    (side 3: three steps per pass); planar squares of side 5 and 7 that
  *    cc2d runs (boxes, a plus such as star2d13p, outer products such as

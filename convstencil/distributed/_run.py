@@ -240,7 +240,7 @@ class _Session:
     exchange and its steps and not a load and a store of the block."""
 
     def __init__(self, padded, w, k, mode, cval, name):
-        path = _backends.BACKEND_CODES[name][1]
+        path = _backends.gpu_path(name, tuple(padded.shape), w, mode, k)
         strides = _device_blocks.c_strides(padded.shape)
         self.ndim = len(padded.shape)
         lead = 3 - self.ndim
