@@ -220,14 +220,15 @@ def tb2d_margin(depth):
 
 
 def tb2d_segments(columns, ny, depth, resident):
-    """Segments per strip, as tb2d.cu's choose_segments picks them: warps
-    enough for the device, each segment's 2 depth extra rows weighed
-    against its length, a ragged last round priced at half a round."""
+    """Segments per strip, as tb2d.cu's choose_segments picks them: each
+    segment's 2 depth extra rows weighed against the rounds of warps the
+    launch takes, plus one (the first round runs in step; measured in
+    h100_tb2d_segments.md)."""
     best, best_cost = 1, None
     for s in range(1, min(ny, TB2D_MAX_SEGMENTS) + 1):
         rows = -(-ny // s)
         rounds = -(-(columns * s) // resident)
-        cost = (rounds + (0.5 if rounds > 1 else 0.0)) * (rows + 2 * depth)
+        cost = (rounds + 1) * (rows + 2 * depth)
         if best_cost is None or cost < best_cost:
             best, best_cost = s, cost
     return best
@@ -247,8 +248,9 @@ def _tb2d_pass(w, shape, depth, rates):
     rows = -(-ny // segs)
     items = strips * segs * nz
     rounds = -(-items // resident)
-    # slots of warps that a ragged last round leaves idle
-    idle = ((rounds + 0.5) * resident / items if rounds > 1 else 1.0)
+    # warp slots left idle: a ragged last round, and the round the first
+    # one costs in step (as choose_segments prices them)
+    idle = (rounds + 1) * resident / items
     redundancy = (float(TB2D_STRIP * strips * (rows + 2 * depth) * segs)
                   / (nx * ny))
     macs = 5 if kernel_taps(w.reshape(3, 3))["plus"] else 9

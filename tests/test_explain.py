@@ -74,13 +74,16 @@ def test_bytes_fall_as_depth_rises(name, backend):
     seen = []
     for cap in range(1, 8):
         e = explain(name, backend, steps=steps, mode="wrap", max_depth=cap)
-        seen.append((e.fused_depth, e.bytes_per_point_per_step,
-                     e.predicted_seconds))
-    for (d0, b0, _), (d1, b1, _) in zip(seen, seen[1:]):
-        assert d1 >= d0
-        if d1 > d0:
-            assert b1 < b0, seen
-    assert seen[-1][0] > seen[0][0]
+        seen.append((e.path, e.fused_depth, e.bytes_per_point_per_step))
+    # "cuda" may change paths as the cap rises (tb2d's strips reread
+    # their margins): depths and bytes are compared within a path
+    for path in {p for p, _, _ in seen}:
+        runs = [(d, b) for p, d, b in seen if p == path]
+        for (d0, b0), (d1, b1) in zip(runs, runs[1:]):
+            assert d1 >= d0, seen
+            if d1 > d0:
+                assert b1 < b0, seen
+    assert max(d for _, d, _ in seen) > seen[0][1]
 
 
 def test_max_depth_from_the_environment(monkeypatch):

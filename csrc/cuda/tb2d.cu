@@ -44,6 +44,8 @@
 #include "kernels.cuh"
 #include "async_copy.cuh"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TS_WARPS 4  /* warps per block, each on its own strip segment */
@@ -379,10 +381,14 @@ tbs_kernel(tbs_params p)
  * host
  * --------------------------------------------------------------------- */
 
-/* Segments per strip: enough warps for the device, each segment's 2T
-   extra rows of reading weighed against its length.  A launch of more
-   warps than fit at once ends in a ragged last round (blocks start as
-   others finish), priced at half a round. */
+/* Segments per strip: each segment's 2T extra rows of reading weighed
+   against the rounds of warps the launch takes, plus one.  The extra
+   round is measured, not derived (h100_tb2d_segments.md): on the H100,
+   heat2d at depth 8 on 10240^2 ran at about 515 G stencils/s as 7
+   segments of 1463 rows in one round and at about 895 as 66 segments of
+   155 rows in 9 rounds, though both read as much.  Warps that start
+   together stay in step, all loading and then all computing; later
+   rounds start staggered and overlap the two. */
 static ptrdiff_t
 choose_segments(ptrdiff_t columns, ptrdiff_t ny, int depth,
                 ptrdiff_t resident_warps)
@@ -393,14 +399,37 @@ choose_segments(ptrdiff_t columns, ptrdiff_t ny, int depth,
     for (ptrdiff_t s = 1; s <= top; s++) {
         const ptrdiff_t rows = CEIL_DIV(ny, s);
         const ptrdiff_t rounds = CEIL_DIV(columns * s, resident_warps);
-        const double cost = ((double)rounds + (rounds > 1 ? 0.5 : 0.0))
-                            * (double)(rows + 2 * depth);
+        const double cost = (double)(rounds + 1) * (double)(rows + 2 * depth);
         if (s == 1 || cost < best_cost) {
             best = s;
             best_cost = cost;
         }
     }
     return best;
+}
+
+/* CONVSTENCIL_TB2D_SEGMENTS into *segs (0 when it is not set): a fixed
+   segment count per strip, for measuring the choice above
+   (benchmarks/bench_tb2d_segments.py); at most the rows there are. */
+static cs_status
+env_segments(cs_cuda_ctx *ctx, ptrdiff_t ny, ptrdiff_t *segs)
+{
+    *segs = 0;
+    const char *env = getenv("CONVSTENCIL_TB2D_SEGMENTS");
+    if (env == NULL || env[0] == '\0') {
+        return CS_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || v < 1) {
+        cs_cuda_message(ctx, "CONVSTENCIL_TB2D_SEGMENTS must be an integer "
+                             ">= 1, not \"%s\"",
+                        env);
+        return CS_ERR_INVALID;
+    }
+    *segs = (ptrdiff_t)v < ny ? (ptrdiff_t)v : ny;
+    return CS_OK;
 }
 
 template <int T, bool PLUS>
@@ -420,7 +449,13 @@ tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1)
                                * TS_WARPS;
     p->strips = CEIL_DIV(p->nx, (ptrdiff_t)(SW - 2 * M));
-    p->segs = choose_segments(p->strips * p->nz, p->ny, T, resident);
+    cs_status st = env_segments(ctx, p->ny, &p->segs);
+    if (st != CS_OK) {
+        return st;
+    }
+    if (p->segs == 0) {
+        p->segs = choose_segments(p->strips * p->nz, p->ny, T, resident);
+    }
     p->seg_rows = CEIL_DIV(p->ny, p->segs);
     p->items = p->strips * p->segs * p->nz;
     const ptrdiff_t blocks = CEIL_DIV(p->items, (ptrdiff_t)TS_WARPS);
