@@ -96,11 +96,12 @@ TB2D_MAX_SEGMENTS = 4096
 # The step loop is bound by instruction issue: per cell and level, the
 # multiply-adds plus TB2D_OVERHEAD_OPS others (shuffles of the neighbour
 # columns, the ring's loads, moves), at TB2D_FP64_FRACTION of the FP64
-# peak in those units.  Fitted to depth 8 on 10240^2 (stop-25 kernel,
-# h100_2d_tb2d.md): heat2d (5 multiply-adds) 741 and box2d9p (9) 572 G
-# stencils/s give 8.5 other operations and 13.4 T cell-operations/s.
-TB2D_OVERHEAD_OPS = 8.5
-TB2D_FP64_FRACTION = 0.79
+# peak in those units.  Fitted to depth 8 on 10240^2 and 10000 x 10007
+# (h100_2d_tb2d.md, commit 1a6d56b): heat2d (5 multiply-adds) 871 and
+# box2d9p (9) 640 G stencils/s give 6.25 other operations and 16.2 T
+# cell-operations/s; every record of that run within 2%.
+TB2D_OVERHEAD_OPS = 6.25
+TB2D_FP64_FRACTION = 0.955
 
 # tc2d's tile (csrc/cuda/tc2d.cu, also tc3d's: 32 rows x 128 columns).
 TC_TILE_ROWS = 32
