@@ -460,7 +460,8 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
     name = _device_backend(backend)
     # chosen once for the whole run: segments of a run with a callback
     # take the path the run without one takes
-    path = _backends.gpu_path(name, tuple(view.shape), w, mode, steps)
+    path = _backends.gpu_path(name, tuple(view.shape), w, mode, steps,
+                              device_arrays=True)
     result = out
     if out is None:
         result = _device.new_like(grid, view.shape)

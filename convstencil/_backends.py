@@ -57,12 +57,19 @@ def cuda_cc_major():
     return _cc_major
 
 
-def gpu_path(name, shape, w, mode, steps):
+def gpu_path(name, shape, w, mode, steps, device_arrays=False):
     """The engine's path code for a run of backend `name` (a CUDA one):
     "cuda" takes the path _model.auto_gpu_path predicts fastest for this
-    grid, kernel, mode and step count; the others their own."""
+    grid, kernel, mode and step count; the others their own.
+
+    One step between device arrays (`device_arrays`) is left to the
+    engine (PATH_AUTO): it runs the direct kernel, which reads and writes
+    the arrays where they are, asynchronously, instead of loading them
+    into its padded layout (csrc/cuda/device_call.cu)."""
     if name != "cuda":
         return BACKEND_CODES[name][1]
+    if device_arrays and steps == 1:
+        return _core.PATH_AUTO
     from . import _model
     env = os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", "")
     cap = int(env) if env.isdigit() else 0

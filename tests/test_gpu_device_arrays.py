@@ -208,6 +208,23 @@ def test_stream_argument_queues_without_waiting(cp, rng):
                                             "constant", 0.0))
 
 
+@pytest.mark.parametrize("name", ["heat2d", "box2d49p", "heat3d", "heat1d"])
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+def test_one_step_on_device_arrays_runs_in_place(cp, name, mode, cval, rng):
+    """A steps=1 call between distinct device arrays (a scheme's many small
+    calls) runs the direct kernel on the arrays themselves, whatever path
+    the model would price for the padded layout; out= the grid cannot."""
+    host = rng.random(SHAPES[cs.Stencil(name).weights.ndim])
+    grid = cp.asarray(host)
+    got = cs.apply(grid, name, steps=1, mode=mode, cval=cval)
+    assert cs.last_run_info()["path"] == "direct"
+    assert_close(cp.asnumpy(got), reference(host, name, 1, mode, cval))
+    cs.apply(grid, name, steps=1, mode=mode, cval=cval, out=grid)
+    assert cs.last_run_info()["path"] != "direct"
+    np.testing.assert_allclose(cp.asnumpy(grid), cp.asnumpy(got),
+                               rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", ["cupy", "numpy"])
 def test_callback_on_device_and_host_grids(cp, kind, rng):
     host = rng.random((200, 300))
