@@ -186,6 +186,21 @@ def device_array_cases(rng):
             "F" if grid.flags.f_contiguous and not grid.flags.c_contiguous
             else "C", err))
         ok &= err <= 1e-12
+    # tb2d between the caller's arrays (no load, no store): C order and
+    # rows padded to 530 elements; depth 8 then the tail pass of 3
+    wide = cp.asarray(rng.standard_normal((301, 530)))
+    for grid in (cp.asarray(host), wide[:, :517]):
+        grid[...] = cp.asarray(host)
+        for mode in MODES:
+            want = cs.apply(host, "heat2d", steps=11, mode=mode,
+                            backend="cpu")
+            got = cp.asnumpy(cs.apply(grid, "heat2d", steps=11, mode=mode,
+                                      backend="cuda-core"))
+            err = np.linalg.norm(got - want) / np.linalg.norm(want)
+            print("%-4s device array tb2d %s %s rel %.2e" % (
+                "ok" if err <= 1e-12 else "FAIL", mode,
+                "C" if grid.flags.c_contiguous else "padded", err))
+            ok &= err <= 1e-12
     line = cp.asarray(rng.standard_normal(9000))
     want = cs.apply(cp.asnumpy(line), "1d5p", steps=5, mode="wrap",
                     backend="cpu")

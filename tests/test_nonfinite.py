@@ -160,3 +160,47 @@ def test_device_arrays(rng):
                                                            inplace=True))
     cs.apply(cp.asarray(rng.random((50, 60))), "heat2d")
     assert cs.last_run_info()["nonfinite"] is False
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+def test_tb2d_between_device_arrays(mode, rng):
+    # tb2d reads a float64 device grid and writes the result in place of
+    # the padded layout's load and store, noting non-finite values as
+    # they would: the masked path must still run, from the caller's input
+    if not cs.backends()["cuda"] == "available":
+        pytest.skip("no usable CUDA device")
+    cp = pytest.importorskip("cupy")
+    for name in ("heat2d", "box2d9p"):
+        w = cs.Stencil(name).weights
+        for kind in ("nan-middle", "inf-edges", "nan-row"):
+            host = grid_with(rng, (70, 150), kind)
+            for steps in (4, 11):  # one pass; two passes of depths 8, 3
+                want = scipy_steps(host, w, steps, mode, 0.25)
+                # rows padded to 160 elements: tb2d reads them as they are
+                wide = cp.asarray(rng.random((70, 160)))
+                grid = wide[:, :150]
+                grid[...] = cp.asarray(host)
+                got = cs.apply(grid, name, steps=steps, mode=mode, cval=0.25,
+                               backend="cuda-core")
+                info = cs.last_run_info()
+                assert info["nonfinite"] is True, info
+                ctx = dict(name=name, kind=kind, steps=steps, mode=mode)
+                assert_same_nonfinite(cp.asnumpy(got), want, ctx)
+                assert_same_nonfinite(cp.asnumpy(grid), host, ctx)
+    # finite input, a result past DBL_MAX: the last pass notes it
+    host = rng.uniform(1e306, 2e306, (40, 50))
+    w = cs.Stencil("box2d9p").weights * 2.0
+    want = scipy_steps(host, w, 11, mode, 0.0)
+    assert np.isinf(want).any()
+    got = cs.apply(cp.asarray(host), weights=w, steps=11, mode=mode,
+                   backend="cuda-core")
+    assert cs.last_run_info()["nonfinite"] is True
+    assert_same_nonfinite(cp.asnumpy(got), want, dict(mode=mode))
+    # finite all along: the fast path's result stands
+    host = rng.random((40, 50))
+    got = cs.apply(cp.asarray(host), "heat2d", steps=11, mode=mode,
+                   backend="cuda-core")
+    assert cs.last_run_info()["nonfinite"] is False
+    assert_same_nonfinite(cp.asnumpy(got), scipy_steps(
+        host, cs.Stencil("heat2d").weights, 11, mode, 0.0), dict(mode=mode))

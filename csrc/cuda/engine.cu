@@ -10,8 +10,11 @@
  *                  the band strips, in one kept device block), the
  *                  parameters (one block, uploaded only when they
  *                  change), the grid in (grid_io.cu), the step loop, the
- *                  result out; a grid that holds NaN or infinite values
- *                  goes to the masked path instead (grid_io.cu)
+ *                  result out (tb2d between float64 device arrays: the
+ *                  first pass reads the caller's array and the last
+ *                  writes the result, no load or store); a grid that
+ *                  holds NaN or infinite values goes to the masked path
+ *                  instead (grid_io.cu)
  *   release        the lane and the block back, the host side freed
  *
  * Step loop: `passes` fused passes, each a halo refresh (bands.cu), the
@@ -267,7 +270,6 @@ upload_params(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_kernel *kernel,
  * the step loop
  * --------------------------------------------------------------------- */
 
-/* What the step loop runs on. */
 /* The main kernel of one fused pass src -> dst. */
 static cs_status
 run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const cs_loop_args *L,
@@ -285,7 +287,7 @@ run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const cs_loop_args *L,
         return cs_cuda_core_step(ctx, src, dst, &L->dkc);
     case CS_PASS_TB2D:
         return cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, plan->fusion.depth,
-                                 mode, cval);
+                                 mode, cval, NULL, NULL);
     case CS_PASS_NONE:
         break;
     }
@@ -346,7 +348,7 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
         /* the remainder as one pass of its own depth (tb2d) */
         CS_TRY(cs_cuda_check_interrupt(ctx, f->passes * f->depth));
         CS_TRY(cs_cuda_tb2d_pass(ctx, &L->g[cur], &L->g[1 - cur], &L->dk,
-                                 (int)f->remainder, mode, cval));
+                                 (int)f->remainder, mode, cval, NULL, NULL));
         *cur_out = 1 - cur;
         return CS_OK;
     }
@@ -358,6 +360,81 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
         cur = 1 - cur;
     }
     *cur_out = cur;
+    return CS_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * tb2d between the caller's device arrays
+ *
+ * tb2d reads its input and writes its result at plain addresses (the
+ * modes applied by index, no halo), so a float64 device grid need not be
+ * loaded into the padded layout nor the result stored from it: the first
+ * pass reads the caller's array and the last writes the caller's result,
+ * noting non-finite values in the lane's flags as the load and the store
+ * would.  On the H100 the load and the store took about 2 ms of a
+ * 100-step heat2d call on 10240^2 (14 ms; h100_e2e.md at 6991c80).
+ * --------------------------------------------------------------------- */
+
+/* The caller's array `a` of extents n as a grid for tb2d: float64, unit
+   x stride, rows and planes at positive whole-element strides that do
+   not overlap, 8-byte aligned.  0 when it is not such an array. */
+static int
+tb2d_array_grid(const cs_darray *a, const ptrdiff_t n[3], cs_dgrid *g)
+{
+    const ptrdiff_t e = (ptrdiff_t)sizeof(double);
+    const ptrdiff_t *st = a->strides;
+    const int rows_ok = st[1] % e == 0 && st[1] >= n[2] * e;
+    const int planes_ok = n[0] == 1 || (st[0] % e == 0
+                                        && st[0] >= n[1] * st[1]);
+    if (a->dtype != CS_DTYPE_FLOAT64 || st[2] != e || !rows_ok
+        || !planes_ok || (uintptr_t)a->data % sizeof(double) != 0) {
+        return 0;
+    }
+    memset(g, 0, sizeof(*g));
+    g->origin = (double *)a->data;
+    for (int i = 0; i < 3; i++) {
+        g->n[i] = n[i];
+    }
+    g->pitch = st[1] / e;
+    g->plane = n[0] == 1 ? 0 : st[0] / e;
+    return 1;
+}
+
+/* Whether this run goes between the caller's arrays (see above): tb2d,
+   device arrays that tb2d_array_grid takes, a result that is not the
+   input (a rerun reads the input). */
+static int
+tb2d_between_arrays(const cs_grid_io *io, const cs_plan *plan,
+                    cs_dgrid *in, cs_dgrid *out)
+{
+    return plan->pass == CS_PASS_TB2D && plan->tail_pass
+           && io->dev_in != NULL && io->dev_out != NULL && !io->out_reads_in
+           && plan->fusion.passes + (plan->fusion.remainder > 0) >= 1
+           && tb2d_array_grid(io->dev_in, plan->run_shape, in)
+           && tb2d_array_grid(io->dev_out, plan->run_shape, out);
+}
+
+/* The passes from `in` to `out` through the main grids: flag 0 noted by
+   the first pass, flag 1 by the last. */
+static cs_status
+tb2d_loop_between(cs_cuda_ctx *ctx, const cs_apply_state *s,
+                  const cs_loop_args *L, const cs_plan *plan,
+                  const cs_dgrid *in, const cs_dgrid *out, cs_mode mode,
+                  double cval)
+{
+    const cs_fusion_plan *f = &plan->fusion;
+    const long total = f->passes + (f->remainder > 0);
+    const cs_dgrid *src = in;
+    for (long i = 0; i < total; i++) {
+        CS_TRY(cs_cuda_check_interrupt(ctx, i * f->depth));
+        const int depth = (int)(i < f->passes ? f->depth : f->remainder);
+        const cs_dgrid *dst = i + 1 == total ? out : &L->g[i % 2];
+        CS_TRY(cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, depth, mode, cval,
+                                 i == 0 ? s->lane->flags + 0 : NULL,
+                                 i + 1 == total ? s->lane->flags + 1
+                                                : NULL));
+        src = dst;
+    }
     return CS_OK;
 }
 
@@ -427,17 +504,24 @@ cs_engine_setup_grids(cs_cuda_ctx *ctx, cs_apply_state *s,
     return upload_params(ctx, s, kernel, plan, &L->dk, &L->dkc, &L->tc3.tile);
 }
 
-/* The step loop, timed with the lane's events when `timed`. */
+/* The step loop, timed with the lane's events when `timed`: between the
+   main grids, or from arrays[0] to arrays[1] (tb2d_loop_between) when
+   `arrays` is given. */
 static cs_status
 timed_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, cs_loop_args *L,
            const cs_plan *plan, cs_mode mode, double cval, int timed,
-           int *cur)
+           const cs_dgrid *arrays, int *cur)
 {
     if (timed) {
         CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_start, ctx->stream),
                       "cudaEventRecord (step loop start)");
     }
-    CS_TRY(cs_engine_step_loop(ctx, s, L, plan, mode, cval, cur));
+    if (arrays != NULL) {
+        CS_TRY(tb2d_loop_between(ctx, s, L, plan, &arrays[0], &arrays[1],
+                                 mode, cval));
+    } else {
+        CS_TRY(cs_engine_step_loop(ctx, s, L, plan, mode, cval, cur));
+    }
     if (timed) {
         CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_stop, ctx->stream),
                       "cudaEventRecord (step loop end)");
@@ -460,8 +544,9 @@ loop_seconds(cs_cuda_ctx *ctx, const cs_apply_state *s, double *seconds)
 
 /*
  * Take a block, upload the parameters, load the grid, run the step loop
- * of `plan`, store the result (or, when the input or the result holds a
- * value that is not finite, run the masked path).  The step loop's
+ * of `plan`, store the result (tb2d between device arrays: the loop
+ * alone), or, when the input or the result holds a value that is not
+ * finite, run the masked path.  The step loop's
  * device time goes to *seconds when `timed` (the call waits for the
  * device anyway).
  */
@@ -477,12 +562,20 @@ run_on_device(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_grid_io *io,
                   cudaMemsetAsync(s->lane->flags, 0, 2 * sizeof(int),
                                   ctx->stream),
                   "cudaMemsetAsync (non-finite flags)");
-    CS_TRY(cs_load_grid(ctx, s->lane, io, plan, &L.g[0], buf[1]));
+    cs_dgrid arrays[2];
+    const int between = tb2d_between_arrays(io, plan, &arrays[0],
+                                            &arrays[1]);
     int cur = 0;
-    CS_TRY(timed_loop(ctx, s, &L, plan, mode, cval, timed, &cur));
-    int stored = 0;
-    CS_TRY(cs_stage_result(ctx, s->lane, io, plan, &L.g[cur], buf[1 - cur],
-                           &stored));
+    int stored = between; /* the last pass wrote the result */
+    if (between) {
+        CS_TRY(timed_loop(ctx, s, &L, plan, mode, cval, timed, arrays,
+                          &cur));
+    } else {
+        CS_TRY(cs_load_grid(ctx, s->lane, io, plan, &L.g[0], buf[1]));
+        CS_TRY(timed_loop(ctx, s, &L, plan, mode, cval, timed, NULL, &cur));
+        CS_TRY(cs_stage_result(ctx, s->lane, io, plan, &L.g[cur],
+                               buf[1 - cur], &stored));
+    }
     if (io->host_out != NULL) {
         /* the cores fault in a fresh result's pages while the device
            runs the loop: the download then copies at the memory's pace */

@@ -201,12 +201,16 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
  * `depth` (1..CS_TB2D_MAX_DEPTH) steps of a planar 3 x 3 kernel on every
  * plane of `in` into `out`, temporally blocked, exact at every boundary
  * mode (the modes applied at each step inside the block).  Reads and
- * writes interiors only (no halo needed); planes of at least
- * CS_TB2D_MIN_EXTENT rows and columns; k's host weights known.
+ * writes interiors only (no halo needed: `in` and `out` may be any
+ * float64 arrays with unit x stride); planes of at least
+ * CS_TB2D_MIN_EXTENT rows and columns; k's host weights known.  A
+ * non-NULL in_flag (out_flag) is set to 1 where the input (the result)
+ * holds a value that is not finite, and left alone otherwise.
  */
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-                  const cs_dkernel *k, int depth, cs_mode mode, double cval);
+                  const cs_dkernel *k, int depth, cs_mode mode, double cval,
+                  int *in_flag, int *out_flag);
 
 /* ---- fused_band.cu ---------------------------------------------------- */
 

@@ -64,6 +64,9 @@ typedef struct tbs_params {
     cs_mode mode;
     double cval;
     double w[9];
+    int *in_flag;  /* non-NULL: set to 1 if the input holds a value that
+                      is not finite (a pass reading the caller's array) */
+    int *out_flag; /* the same for the result (a pass writing it) */
 } tbs_params;
 
 /* The strip's first owned column along an axis of n cells: strips of
@@ -254,7 +257,7 @@ template <int V, int T, bool PLUS, bool XEDGE, bool XREAD, bool YEDGE,
 static __device__ __forceinline__ void
 stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
             double *ring, int &slot, ptrdiff_t r0, ptrdiff_t r1,
-            ptrdiff_t last)
+            ptrdiff_t last, unsigned &bad)
 {
     constexpr int SW = 32 * V;
 #pragma unroll U
@@ -272,6 +275,12 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
         for (int j = 0; j < V; j++) {
             a[j] = ring[slot * SW + j];
         }
+        if (p.in_flag != nullptr) { /* every cell of the grid arrives */
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                bad |= isfinite(a[j]) ? 0u : 1u;
+            }
+        }
         slot = (slot + 1) % TS_RING;
 #pragma unroll
         for (int t = 0; t < T; t++) {
@@ -285,6 +294,9 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
             for (int j = 0; j < V; j++) {
                 if (!XREAD || s.gx0 + j < p.nx) { /* >= 0: a storing lane */
                     out[j] = a[j];
+                    if (p.out_flag != nullptr) {
+                        bad |= isfinite(a[j]) ? 0u : 2u;
+                    }
                 }
             }
         }
@@ -297,7 +309,8 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
    outside the grid (its reads are mapped). */
 template <int V, int T, bool PLUS, bool XEDGE, bool XREAD, int U>
 static __device__ __forceinline__ void
-stream_strip(const tbs_params &p, const tbs_strip &s, double *ring)
+stream_strip(const tbs_params &p, const tbs_strip &s, double *ring,
+             unsigned &bad)
 {
     tbs_levels<V, T> L;
 #pragma unroll
@@ -327,19 +340,19 @@ stream_strip(const tbs_params &p, const tbs_strip &s, double *ring)
     /* the plain rows unrolled by U; the edge rows once each */
     if (p.mode == CS_MODE_WRAP) { /* every row a real row: no edge tests */
         stream_rows<V, T, PLUS, XEDGE, XREAD, false, true, 1>(
-            p, s, L, ring, slot, first, lo, last);
+            p, s, L, ring, slot, first, lo, last, bad);
         stream_rows<V, T, PLUS, XEDGE, XREAD, false, XREAD, U>(
-            p, s, L, ring, slot, lo, hi, last);
+            p, s, L, ring, slot, lo, hi, last, bad);
         stream_rows<V, T, PLUS, XEDGE, XREAD, false, true, 1>(
-            p, s, L, ring, slot, hi, last + 1, last);
+            p, s, L, ring, slot, hi, last + 1, last, bad);
         return;
     }
-    stream_rows<V, T, PLUS, XEDGE, XREAD, true, true, 1>(p, s, L, ring, slot,
-                                                         first, lo, last);
-    stream_rows<V, T, PLUS, XEDGE, XREAD, false, XREAD, U>(p, s, L, ring, slot,
-                                                           lo, hi, last);
-    stream_rows<V, T, PLUS, XEDGE, XREAD, true, true, 1>(p, s, L, ring, slot,
-                                                         hi, last + 1, last);
+    stream_rows<V, T, PLUS, XEDGE, XREAD, true, true, 1>(
+        p, s, L, ring, slot, first, lo, last, bad);
+    stream_rows<V, T, PLUS, XEDGE, XREAD, false, XREAD, U>(
+        p, s, L, ring, slot, lo, hi, last, bad);
+    stream_rows<V, T, PLUS, XEDGE, XREAD, true, true, 1>(
+        p, s, L, ring, slot, hi, last + 1, last, bad);
 }
 
 template <int V, int T, bool PLUS>
@@ -367,14 +380,24 @@ tbs_kernel(tbs_params p)
     s.y0 = seg * p.seg_rows;
     s.y1 = s.y0 + p.seg_rows < p.ny ? s.y0 + p.seg_rows : p.ny;
     s.stores = lane >= M / V && lane < (SW - M) / V;
+    unsigned bad = 0; /* bit 0: an input value, bit 1: a result value is
+                         not finite (checked where the flags are given) */
     if (ox >= 0 && ox + SW <= p.nx) {
-        stream_strip<V, T, PLUS, false, false, TS_UNROLL>(p, s, ring);
+        stream_strip<V, T, PLUS, false, false, TS_UNROLL>(p, s, ring, bad);
     } else if (p.mode == CS_MODE_WRAP) { /* columns read mapped, all real */
-        stream_strip<V, T, PLUS, false, true, TS_UNROLL>(p, s, ring);
+        stream_strip<V, T, PLUS, false, true, TS_UNROLL>(p, s, ring, bad);
     } else {
-        stream_strip<V, T, PLUS, true, true, TS_UNROLL>(p, s, ring);
+        stream_strip<V, T, PLUS, true, true, TS_UNROLL>(p, s, ring, bad);
     }
     cs_copy_wait<0>();
+    /* every writer writes 1: no ordering needed, and none in the common,
+       finite case */
+    if (bad & 1u) {
+        *p.in_flag = 1;
+    }
+    if (bad & 2u) {
+        *p.out_flag = 1;
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -471,7 +494,8 @@ tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
 
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-                  const cs_dkernel *k, int depth, cs_mode mode, double cval)
+                  const cs_dkernel *k, int depth, cs_mode mode, double cval,
+                  int *in_flag, int *out_flag)
 {
     int ok = in->origin != NULL && out->origin != NULL
              && in->origin != out->origin && k->host_weights != NULL
@@ -492,6 +516,8 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     cs_params_grids(&p, in, out);
     p.mode = mode;
     p.cval = cval;
+    p.in_flag = in_flag;
+    p.out_flag = out_flag;
     memcpy(p.w, k->host_weights, sizeof(p.w));
     const int plus = cs_taps_plus(3, p.w);
     switch (depth * 2 + plus) {

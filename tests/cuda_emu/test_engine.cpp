@@ -389,12 +389,14 @@ static void put_f16(void *p, double v) {  // v: a small integer, exact in half
 
 // cs_cuda_apply_device on arrays in (emulated) device memory: element
 // types, C and F order, a negative stride, out the grid itself, folded
-// 1D grids; against the reference on the same values as float64.
+// 1D grids, rows of C-order arrays `pad` elements longer than the grid's;
+// against the reference on the same values as float64.
 static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
                               ptrdiff_t nx, cs_dtype dtype, size_t size,
                               void (*write)(void *, double), bool fortran,
                               bool flip_x, bool in_place, cs_mode mode,
-                              long steps, cs_cuda_path path) {
+                              long steps, cs_cuda_path path,
+                              ptrdiff_t pad = 0) {
     const ptrdiff_t n[3] = {nz, ny, nx};
     const size_t count = nz * ny * nx;
     cs_kernel k{};
@@ -409,11 +411,12 @@ static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     ref = vals;
     for (long s = 0; s < steps; s++) { ref_step(ref, tmp, n, k, mode, 0.5); ref.swap(tmp); }
     // strides of the layout, in elements, then bytes
-    ptrdiff_t st[3] = {ny * nx, nx, 1};
+    const ptrdiff_t row = nx + pad;
+    ptrdiff_t st[3] = {ny * row, row, 1};
     if (fortran) { st[2] = nz * ny; st[1] = nz; st[0] = 1; }
     void *din = nullptr, *dout = nullptr;
-    cudaMalloc(&din, count * size);
-    cudaMalloc(&dout, count * 8);
+    cudaMalloc(&din, nz * ny * row * size);
+    cudaMalloc(&dout, nz * ny * row * 8);
     cs_darray a{din, dtype, {st[0] * (ptrdiff_t)size, st[1] * (ptrdiff_t)size,
                              st[2] * (ptrdiff_t)size}};
     if (flip_x) {  // element (z, y, 0) at the far end of each row
@@ -425,7 +428,7 @@ static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
             for (ptrdiff_t x = 0; x < nx; x++)
                 write((char *)a.data + z * a.strides[0] + y * a.strides[1] + x * a.strides[2],
                       vals[(z * ny + y) * nx + x]);
-    cs_darray o{dout, CS_DTYPE_FLOAT64, {ny * nx * 8, nx * 8, 8}};
+    cs_darray o{dout, CS_DTYPE_FLOAT64, {ny * row * 8, row * 8, 8}};
     if (in_place) o = a;
     cs_cuda_streams streams{{0, 0}, 0};
     cs_run_info info{};
@@ -446,9 +449,10 @@ static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     cudaFree(din);
     cudaFree(dout);
     bool ok = stt == CS_OK && rel <= 1e-12 && std::isfinite(rel) && !leaked();
-    printf("%s device %-9s %tdx%tdx%td dtype=%d %s%s%s steps=%ld -> %s rel=%.2e %s\n",
+    printf("%s device %-9s %tdx%tdx%td dtype=%d %s%s%s%s steps=%ld -> %s rel=%.2e %s\n",
            ok ? "ok  " : "FAIL", K.name.c_str(), nz, ny, nx, (int)dtype,
-           fortran ? "F" : "C", flip_x ? " flipped" : "", in_place ? " in-place" : "",
+           fortran ? "F" : "C", pad ? " padded" : "", flip_x ? " flipped" : "",
+           in_place ? " in-place" : "",
            steps, info.path ? info.path : "?", rel, stt != CS_OK ? err : "");
     ok ? passes++ : failures++;
     cs_kernel_free(&k);
@@ -639,6 +643,14 @@ static void tb2d_cases(bool quick) {
         run_case(heat2d, 1, 70, 150, mode, 0.5, 11, CC, false, "cuda-core", 8);
         run_case(r33, 2, 17, 16, mode, -1.5, 5, CC, false, "cuda-core", 5);
         run_case(r33, 1, 19, 23, mode, 0.25, 7, CC, false, "cuda-core", 7);
+        // between float64 device arrays: the first pass reads the input
+        // and the last writes the result (one pass alone: both); other
+        // layouts go through the padded grids
+        device_array_case(heat2d, 1, 70, 150, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 11, CC);
+        device_array_case(r33, 2, 17, 16, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, CC, 3);
+        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, true, false, false, mode, 9, CC);
+        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, true, false, mode, 9, CC);
+        device_array_case(heat2d, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, mode, 9, CC);
         if (quick) continue;
         run_case(heat2d, 1, 41, 131, mode, -0.5, 19, CC, false, "cuda-core", 8);
         run_case(r33, 3, 16, 117, mode, 2.0, 3, CC, false, "cuda-core", 3);
