@@ -39,6 +39,22 @@ typedef struct array_params {
     int *nonfinite;      /* NULL, or set to 1 where a value is not finite */
 } array_params;
 
+/* The plane of row r (= z * ey + y).  A 64-bit division costs about as
+   many instructions as a thread's whole copy of one element (the copy
+   then runs short of the memory's rate); one plane needs none, and most
+   3D boxes have few enough rows for a 32-bit one. */
+static __device__ __forceinline__ ptrdiff_t
+plane_of(const array_params &p, ptrdiff_t r)
+{
+    if (p.rows == p.ey) {
+        return 0;
+    }
+    if (p.rows <= (ptrdiff_t)UINT32_MAX) {
+        return (ptrdiff_t)((uint32_t)r / (uint32_t)p.ey);
+    }
+    return r / p.ey;
+}
+
 /*
  * body(z, y, x) for each element of p's box this thread visits: blocks
  * of rows as in halo.cu's copy_box_kernel (grid.x covers a row, grid.y
@@ -57,7 +73,7 @@ for_box_elements(const array_params &p, Body body)
     }
     for (ptrdiff_t r = (ptrdiff_t)blockIdx.y * block_rows + ty; r < p.rows;
          r += (ptrdiff_t)gridDim.y * block_rows) {
-        const ptrdiff_t z = r / p.ey;
+        const ptrdiff_t z = plane_of(p, r);
         body(z, r - z * p.ey, x);
     }
 }
