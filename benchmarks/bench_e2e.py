@@ -162,21 +162,24 @@ def bench_small(cp, ndi, repeat, record):
         u = cp.asarray(rng.random((side, side)))
         calls = max(20, min(2000, int(2e8 // (side * side))))
 
-        def batch(run):
+        runs = {"ours": lambda: cs.apply(u, "heat2d"),
+                "ours_stream": lambda: cs.apply(u, "heat2d", stream=stream),
+                "theirs": lambda: ndi.correlate(u, cw, mode="constant")}
+        per = {key: [] for key in runs}
+        for run in runs.values():
             run()
-            stream.synchronize()
-            per = []
-            for _ in range(repeat):
+        stream.synchronize()
+        # the three batches in turn, repeat times: a drift of the host's
+        # speed during the run meets all three alike
+        for _ in range(repeat):
+            for key, run in runs.items():
                 t0 = time.perf_counter()
                 for _ in range(calls):
                     run()
-                per.append((time.perf_counter() - t0) / calls)
+                per[key].append((time.perf_counter() - t0) / calls)
                 stream.synchronize()
-            return statistics.median(per) * 1e6
-
-        ours = batch(lambda: cs.apply(u, "heat2d"))
-        ours_stream = batch(lambda: cs.apply(u, "heat2d", stream=stream))
-        theirs = batch(lambda: ndi.correlate(u, cw, mode="constant"))
+        ours, ours_stream, theirs = (statistics.median(per[key]) * 1e6
+                                     for key in runs)
         want = ndi.correlate(u, cw, mode="constant")
         err = rel_error(cp.asnumpy(cs.apply(u, "heat2d")), cp.asnumpy(want))
         for system, us in (("convstencil-small-call", ours),
