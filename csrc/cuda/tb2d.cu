@@ -36,10 +36,16 @@
  * Measured on the H100 (10240^2, depth 8) against the kernel this one
  * replaced (shared-memory tiles of 128 x 64 stepped by 512 threads, one
  * block per SM, bound by shared-memory traffic and latency): heat2d 871
- * against 407 G stencils/s, box2d9p 640 against 337 (h100_2d_tb2d.md).  Two columns per
- * lane beat four (registers: four spill at depth 8); the row loop is
- * unrolled by two so that one row's later levels overlap the next row's
- * first ones.
+ * against 407 G stencils/s, box2d9p 640 against 337 (h100_2d_tb2d.md).
+ * Two columns per lane beat four (registers: four spill at depth 8); the
+ * row loop is unrolled by two so that one row's later levels overlap the
+ * next row's first ones.
+ *
+ * Between the caller's device arrays the first pass notes non-finite
+ * input values and the last non-finite results (engine.cu); those checks
+ * are a template flag, since testing for them at run time in every pass
+ * cost about 5% (H100, 10240^2, depth 8: heat2d 860 against 900 G
+ * stencils/s, box2d9p 620 against 641).
  */
 #include "kernels.cuh"
 #include "async_copy.cuh"
@@ -252,8 +258,8 @@ struct tbs_levels {
    GENERAL_READ, XEDGE, YEDGE: as read_row and level_step say, for every
    row of the range; XREAD: some column of the strip lies outside the grid
    (not stored). */
-template <int V, int T, bool PLUS, bool XEDGE, bool XREAD, bool YEDGE,
-          bool GENERAL_READ, int U>
+template <int V, int T, bool PLUS, bool FLAGS, bool XEDGE, bool XREAD,
+          bool YEDGE, bool GENERAL_READ, int U>
 static __device__ __forceinline__ void
 stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
             double *ring, int &slot, ptrdiff_t r0, ptrdiff_t r1,
@@ -275,7 +281,7 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
         for (int j = 0; j < V; j++) {
             a[j] = ring[slot * SW + j];
         }
-        if (p.in_flag != nullptr) { /* every cell of the grid arrives */
+        if constexpr (FLAGS) { /* every cell of the grid arrives */
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 bad |= isfinite(a[j]) ? 0u : 1u;
@@ -294,7 +300,7 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
             for (int j = 0; j < V; j++) {
                 if (!XREAD || s.gx0 + j < p.nx) { /* >= 0: a storing lane */
                     out[j] = a[j];
-                    if (p.out_flag != nullptr) {
+                    if constexpr (FLAGS) {
                         bad |= isfinite(a[j]) ? 0u : 2u;
                     }
                 }
@@ -307,7 +313,8 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
    (or read from beyond them) with the edge tests, the rest without.
    XEDGE: as level_step says; XREAD: some column of the strip lies
    outside the grid (its reads are mapped). */
-template <int V, int T, bool PLUS, bool XEDGE, bool XREAD, int U>
+template <int V, int T, bool PLUS, bool FLAGS, bool XEDGE, bool XREAD,
+          int U>
 static __device__ __forceinline__ void
 stream_strip(const tbs_params &p, const tbs_strip &s, double *ring,
              unsigned &bad)
@@ -339,23 +346,23 @@ stream_strip(const tbs_params &p, const tbs_strip &s, double *ring,
     int slot = 0;
     /* the plain rows unrolled by U; the edge rows once each */
     if (p.mode == CS_MODE_WRAP) { /* every row a real row: no edge tests */
-        stream_rows<V, T, PLUS, XEDGE, XREAD, false, true, 1>(
+        stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, true, 1>(
             p, s, L, ring, slot, first, lo, last, bad);
-        stream_rows<V, T, PLUS, XEDGE, XREAD, false, XREAD, U>(
+        stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, XREAD, U>(
             p, s, L, ring, slot, lo, hi, last, bad);
-        stream_rows<V, T, PLUS, XEDGE, XREAD, false, true, 1>(
+        stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, true, 1>(
             p, s, L, ring, slot, hi, last + 1, last, bad);
         return;
     }
-    stream_rows<V, T, PLUS, XEDGE, XREAD, true, true, 1>(
+    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, true, true, 1>(
         p, s, L, ring, slot, first, lo, last, bad);
-    stream_rows<V, T, PLUS, XEDGE, XREAD, false, XREAD, U>(
+    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, XREAD, U>(
         p, s, L, ring, slot, lo, hi, last, bad);
-    stream_rows<V, T, PLUS, XEDGE, XREAD, true, true, 1>(
+    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, true, true, 1>(
         p, s, L, ring, slot, hi, last + 1, last, bad);
 }
 
-template <int V, int T, bool PLUS>
+template <int V, int T, bool PLUS, bool FLAGS>
 __global__ void __launch_bounds__(TS_WARPS * 32, TS_MIN_BLOCKS)
 tbs_kernel(tbs_params p)
 {
@@ -383,19 +390,22 @@ tbs_kernel(tbs_params p)
     unsigned bad = 0; /* bit 0: an input value, bit 1: a result value is
                          not finite (checked where the flags are given) */
     if (ox >= 0 && ox + SW <= p.nx) {
-        stream_strip<V, T, PLUS, false, false, TS_UNROLL>(p, s, ring, bad);
+        stream_strip<V, T, PLUS, FLAGS, false, false, TS_UNROLL>(p, s, ring,
+                                                                 bad);
     } else if (p.mode == CS_MODE_WRAP) { /* columns read mapped, all real */
-        stream_strip<V, T, PLUS, false, true, TS_UNROLL>(p, s, ring, bad);
+        stream_strip<V, T, PLUS, FLAGS, false, true, TS_UNROLL>(p, s, ring,
+                                                                bad);
     } else {
-        stream_strip<V, T, PLUS, true, true, TS_UNROLL>(p, s, ring, bad);
+        stream_strip<V, T, PLUS, FLAGS, true, true, TS_UNROLL>(p, s, ring,
+                                                               bad);
     }
     cs_copy_wait<0>();
     /* every writer writes 1: no ordering needed, and none in the common,
        finite case */
-    if (bad & 1u) {
+    if ((bad & 1u) && p.in_flag != nullptr) {
         *p.in_flag = 1;
     }
-    if (bad & 2u) {
+    if ((bad & 2u) && p.out_flag != nullptr) {
         *p.out_flag = 1;
     }
 }
@@ -455,7 +465,7 @@ env_segments(cs_cuda_ctx *ctx, ptrdiff_t ny, ptrdiff_t *segs)
     return CS_OK;
 }
 
-template <int T, bool PLUS>
+template <int T, bool PLUS, bool FLAGS>
 static cs_status
 tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
 {
@@ -467,7 +477,7 @@ tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                      &per_sm, tbs_kernel<V, T, PLUS>, threads, smem),
+                      &per_sm, tbs_kernel<V, T, PLUS, FLAGS>, threads, smem),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor (tb2d)");
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1)
                                * TS_WARPS;
@@ -488,8 +498,33 @@ tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
         return CS_ERR_INVALID;
     }
     const unsigned grid = (unsigned)blocks;
-    tbs_kernel<V, T, PLUS><<<grid, threads, smem, ctx->stream>>>(*p);
+    tbs_kernel<V, T, PLUS, FLAGS><<<grid, threads, smem, ctx->stream>>>(*p);
     return cs_cuda_check_launch(ctx, "tb2d kernel");
+}
+
+/* The instance for `depth` (1..8) and the kernel's shape. */
+template <bool FLAGS>
+static cs_status
+tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int depth, int plus)
+{
+    switch (depth * 2 + plus) {
+    case 2: return tbs_launch<1, false, FLAGS>(ctx, p);
+    case 3: return tbs_launch<1, true, FLAGS>(ctx, p);
+    case 4: return tbs_launch<2, false, FLAGS>(ctx, p);
+    case 5: return tbs_launch<2, true, FLAGS>(ctx, p);
+    case 6: return tbs_launch<3, false, FLAGS>(ctx, p);
+    case 7: return tbs_launch<3, true, FLAGS>(ctx, p);
+    case 8: return tbs_launch<4, false, FLAGS>(ctx, p);
+    case 9: return tbs_launch<4, true, FLAGS>(ctx, p);
+    case 10: return tbs_launch<5, false, FLAGS>(ctx, p);
+    case 11: return tbs_launch<5, true, FLAGS>(ctx, p);
+    case 12: return tbs_launch<6, false, FLAGS>(ctx, p);
+    case 13: return tbs_launch<6, true, FLAGS>(ctx, p);
+    case 14: return tbs_launch<7, false, FLAGS>(ctx, p);
+    case 15: return tbs_launch<7, true, FLAGS>(ctx, p);
+    case 16: return tbs_launch<8, false, FLAGS>(ctx, p);
+    default: return tbs_launch<8, true, FLAGS>(ctx, p);
+    }
 }
 
 cs_status
@@ -520,22 +555,9 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.out_flag = out_flag;
     memcpy(p.w, k->host_weights, sizeof(p.w));
     const int plus = cs_taps_plus(3, p.w);
-    switch (depth * 2 + plus) {
-    case 2: return tbs_launch<1, false>(ctx, &p);
-    case 3: return tbs_launch<1, true>(ctx, &p);
-    case 4: return tbs_launch<2, false>(ctx, &p);
-    case 5: return tbs_launch<2, true>(ctx, &p);
-    case 6: return tbs_launch<3, false>(ctx, &p);
-    case 7: return tbs_launch<3, true>(ctx, &p);
-    case 8: return tbs_launch<4, false>(ctx, &p);
-    case 9: return tbs_launch<4, true>(ctx, &p);
-    case 10: return tbs_launch<5, false>(ctx, &p);
-    case 11: return tbs_launch<5, true>(ctx, &p);
-    case 12: return tbs_launch<6, false>(ctx, &p);
-    case 13: return tbs_launch<6, true>(ctx, &p);
-    case 14: return tbs_launch<7, false>(ctx, &p);
-    case 15: return tbs_launch<7, true>(ctx, &p);
-    case 16: return tbs_launch<8, false>(ctx, &p);
-    default: return tbs_launch<8, true>(ctx, &p);
-    }
+    /* the checks cost about 5% of the kernel's rate (H100, heat2d at
+       depth 8): passes that need no flag run without them */
+    return in_flag != NULL || out_flag != NULL
+               ? tbs_dispatch<true>(ctx, &p, depth, plus)
+               : tbs_dispatch<false>(ctx, &p, depth, plus);
 }
