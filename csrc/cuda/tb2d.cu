@@ -417,9 +417,9 @@ tbs_kernel(tbs_params p)
 /* Segments per strip: each segment's 2T extra rows of reading weighed
    against the rounds of warps the launch takes, plus one.  The extra
    round is measured, not derived (h100_tb2d_segments.md): on the H100,
-   heat2d at depth 8 on 10240^2 ran at 447 G stencils/s as 8 segments
-   per strip (about one round) and at 840 as 64 (several rounds), though
-   both read about as much; the engine's 74 gave 849.  Warps that start
+   heat2d at depth 8 on 10240^2 ran at 471 G stencils/s as 8 segments
+   per strip (about one round) and at 878 as 64 (several rounds), though
+   both read about as much; the engine's 74 gave 891.  Warps that start
    together stay in step, all loading and then all computing; later
    rounds start staggered and overlap the two. */
 static ptrdiff_t
