@@ -55,14 +55,17 @@ SIZES = {"heat1d": (1 << 27,), "1d5p": (1 << 27,),
 SMALL_SIDES = (64, 1024, 8192)
 
 
-def wall(run, repeat):
-    """Median wall seconds of run() after one warm-up call."""
+def wall(run, repeat, each=None):
+    """Median wall seconds of run() after one warm-up call (every time
+    appended to `each` when given)."""
     run()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         run()
         times.append(time.perf_counter() - t0)
+    if each is not None:
+        each.extend(times)
     return statistics.median(times)
 
 
@@ -80,12 +83,15 @@ def bench_preset(cp, ndi, name, shape, steps, repeat, record):
     gs = lambda seconds: points * steps / seconds / 1e9  # noqa: E731
 
     # NumPy in, fresh result / out=
-    t_fresh = wall(lambda: cs.apply(host, name, steps=steps), repeat)
+    fresh_each, out_each = [], []
+    t_fresh = wall(lambda: cs.apply(host, name, steps=steps), repeat,
+                   fresh_each)
     info = cs.last_run_info()  # its device_seconds: the loop in that call
     out = np.empty_like(host)
     out.fill(0.0)
     t_out = wall(lambda: cs.apply(host, name, steps=steps, out=out),
-                 repeat)
+                 repeat, out_each)
+    loop_out = cs.last_run_info()["device_seconds"]
     # device in, device out
     dev = cp.asarray(host)
     res = {}
@@ -125,9 +131,10 @@ def bench_preset(cp, ndi, name, shape, steps, repeat, record):
                  pinned_d2h_bytes_per_s=d2h, bound_seconds=bound,
                  bound_gstencils_per_s=gs(bound))
     record(name, shape, steps, "convstencil-e2e-numpy", gs(t_fresh),
-           wall_seconds=t_fresh, **extra)
+           wall_seconds=t_fresh, wall_seconds_each=fresh_each, **extra)
+    extra["device_seconds"] = loop_out
     record(name, shape, steps, "convstencil-e2e-numpy-out", gs(t_out),
-           wall_seconds=t_out, **extra)
+           wall_seconds=t_out, wall_seconds_each=out_each, **extra)
     record(name, shape, steps, "convstencil-e2e-device", gs(t_dev),
            wall_seconds=t_dev, path=info["path"])
     record(name, shape, steps, "convstencil-step-loop", gs(t_loop),
