@@ -132,9 +132,9 @@ def bench_preset(cp, ndi, name, shape, steps, repeat, record):
                  bound_gstencils_per_s=gs(bound))
     record(name, shape, steps, "convstencil-e2e-numpy", gs(t_fresh),
            wall_seconds=t_fresh, wall_seconds_each=fresh_each, **extra)
-    extra["device_seconds"] = loop_out
     record(name, shape, steps, "convstencil-e2e-numpy-out", gs(t_out),
-           wall_seconds=t_out, wall_seconds_each=out_each, **extra)
+           wall_seconds=t_out, wall_seconds_each=out_each,
+           **dict(extra, device_seconds=loop_out))
     record(name, shape, steps, "convstencil-e2e-device", gs(t_dev),
            wall_seconds=t_dev, path=info["path"])
     record(name, shape, steps, "convstencil-step-loop", gs(t_loop),
@@ -196,10 +196,6 @@ def bench_small(cp, ndi, repeat, record):
                    host_us_per_call=us, calls=calls, rel_error_checked=err)
 
 
-def shape_points(shape):
-    return int(np.prod(shape))
-
-
 def markdown(records, prov, steps):
     lines = ["# End-to-end GPU figures (one apply() call)", "",
              common.provenance_sentence(prov), "",
@@ -227,7 +223,7 @@ def markdown(records, prov, steps):
             r = by.get((p, shape, system))
             return r[field] if r else float("nan")
         each = g("convstencil-e2e-numpy-out", "wall_seconds_each")
-        fastest = (shape_points(shape) * steps / min(each) / 1e9
+        fastest = (np.prod(shape) * steps / min(each) / 1e9
                    if isinstance(each, list) and each else float("nan"))
         lines.append("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f "
                      "| %.1f |" % (

@@ -166,8 +166,9 @@ def test_device_arrays(rng):
 @pytest.mark.parametrize("mode", MODES)
 def test_tb2d_between_device_arrays(mode, rng):
     # tb2d reads a float64 device grid and writes the result in place of
-    # the padded layout's load and store, noting non-finite values as
-    # they would: the masked path must still run, from the caller's input
+    # the padded layout's load and store (tests/cuda_emu asserts that no
+    # load or store runs), noting non-finite values as they would: the
+    # masked path must still run, from the caller's input
     if not cs.backends()["cuda"] == "available":
         pytest.skip("no usable CUDA device")
     cp = pytest.importorskip("cupy")

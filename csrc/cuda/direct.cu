@@ -90,9 +90,7 @@ direct_step_kernel(const direct_params p)
     const ptrdiff_t rows = p.n[0] * p.n[1];
     for (ptrdiff_t row = (ptrdiff_t)blockIdx.y * block_rows + ty; row < rows;
          row += (ptrdiff_t)gridDim.y * block_rows) {
-        /* no 64-bit division for a single plane (1D, 2D): it would cost
-           as much as the taps of a small kernel */
-        const ptrdiff_t z = p.n[0] == 1 ? 0 : row / p.n[1];
+        const ptrdiff_t z = cs_plane_of_row(row, p.n[1], rows);
         const ptrdiff_t y = row - z * p.n[1];
         double s = 0.0;
         if (inner_x && y >= p.r[1] && y < p.n[1] - p.r[1] && z >= p.r[0]

@@ -285,9 +285,7 @@ run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const cs_loop_args *L,
         return cs_cuda_tc3d_pass(ctx, src, dst, &L->tc3);
     case CS_PASS_CC3D:
         return cs_cuda_core_step(ctx, src, dst, &L->dkc);
-    case CS_PASS_TB2D:
-        return cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, plan->fusion.depth,
-                                 mode, cval, NULL, NULL);
+    case CS_PASS_TB2D: /* tb2d_passes runs those */
     case CS_PASS_NONE:
         break;
     }
@@ -318,6 +316,37 @@ fix_band(cs_cuda_ctx *ctx, const cs_apply_state *s, const cs_plan *plan,
     return CS_OK;
 }
 
+/*
+ * tb2d's passes: `depth` steps each, then the remainder as one pass of
+ * its own (tb2d plans have tail_pass).  Pass i reads the main grid
+ * g[i % 2] and writes g[(i + 1) % 2]; where `ends` is given ({input,
+ * result}: the caller's arrays) the first pass reads ends[0] instead,
+ * noting a non-finite input in the lane's flag 0, and the last writes
+ * ends[1], noting a non-finite result in flag 1.  *cur_out: the main
+ * grid holding the result where `ends` is NULL.
+ */
+static cs_status
+tb2d_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
+            const cs_loop_args *L, const cs_plan *plan,
+            const cs_dgrid *ends, cs_mode mode, double cval, int *cur_out)
+{
+    const cs_fusion_plan *f = &plan->fusion;
+    const long total = f->passes + (f->remainder > 0);
+    int *flags = ends != NULL ? s->lane->flags : NULL;
+    for (long i = 0; i < total; i++) {
+        CS_TRY(cs_cuda_check_interrupt(ctx, i * f->depth));
+        const int depth = (int)(i < f->passes ? f->depth : f->remainder);
+        const int first = i == 0, last = i + 1 == total;
+        const cs_dgrid *src = first && ends ? &ends[0] : &L->g[i % 2];
+        const cs_dgrid *dst = last && ends ? &ends[1] : &L->g[(i + 1) % 2];
+        CS_TRY(cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, depth, mode, cval,
+                                 first && flags ? flags + 0 : NULL,
+                                 last && flags ? flags + 1 : NULL));
+    }
+    *cur_out = (int)(total % 2);
+    return CS_OK;
+}
+
 /* The fused passes, then the unfused steps; *cur_out: the result's
    grid. */
 cs_status
@@ -325,6 +354,9 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
                     cs_loop_args *L, const cs_plan *plan, cs_mode mode,
                     double cval, int *cur_out)
 {
+    if (plan->pass == CS_PASS_TB2D) {
+        return tb2d_passes(ctx, s, L, plan, NULL, mode, cval, cur_out);
+    }
     const cs_fusion_plan *f = &plan->fusion;
     const ptrdiff_t fold = plan->fold ? plan->fold_points : 0;
     int cur = 0;
@@ -332,10 +364,7 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
     for (long pass = 0; pass < f->passes; pass++) {
         CS_TRY(cs_cuda_check_interrupt(ctx, pass * f->depth));
         const cs_dgrid *src = &L->g[cur], *dst = &L->g[1 - cur];
-        if (plan->pass != CS_PASS_TB2D) { /* tb2d reads no halo */
-            CS_TRY(cs_refresh_halo(ctx, src, fold, mode, cval,
-                                   &filled[cur]));
-        }
+        CS_TRY(cs_refresh_halo(ctx, src, fold, mode, cval, &filled[cur]));
         if (plan->band == CS_BAND_STRIPS) {
             CS_TRY(cs_bands_start(ctx, s->lane, L->jobs, src, f, &L->dk,
                                   mode, cval));
@@ -343,14 +372,6 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
         CS_TRY(run_pass(ctx, plan, L, src, dst, mode, cval));
         CS_TRY(fix_band(ctx, s, plan, L, src, dst, mode, cval));
         cur = 1 - cur;
-    }
-    if (plan->tail_pass && f->remainder > 0) {
-        /* the remainder as one pass of its own depth (tb2d) */
-        CS_TRY(cs_cuda_check_interrupt(ctx, f->passes * f->depth));
-        CS_TRY(cs_cuda_tb2d_pass(ctx, &L->g[cur], &L->g[1 - cur], &L->dk,
-                                 (int)f->remainder, mode, cval, NULL, NULL));
-        *cur_out = 1 - cur;
-        return CS_OK;
     }
     for (long t = 0; t < f->remainder; t++) {
         CS_TRY(cs_cuda_check_interrupt(ctx, f->passes * f->depth + t));
@@ -407,35 +428,11 @@ static int
 tb2d_between_arrays(const cs_grid_io *io, const cs_plan *plan,
                     cs_dgrid *in, cs_dgrid *out)
 {
-    return plan->pass == CS_PASS_TB2D && plan->tail_pass
+    return plan->pass == CS_PASS_TB2D
            && io->dev_in != NULL && io->dev_out != NULL && !io->out_reads_in
            && plan->fusion.passes + (plan->fusion.remainder > 0) >= 1
            && tb2d_array_grid(io->dev_in, plan->run_shape, in)
            && tb2d_array_grid(io->dev_out, plan->run_shape, out);
-}
-
-/* The passes from `in` to `out` through the main grids: flag 0 noted by
-   the first pass, flag 1 by the last. */
-static cs_status
-tb2d_loop_between(cs_cuda_ctx *ctx, const cs_apply_state *s,
-                  const cs_loop_args *L, const cs_plan *plan,
-                  const cs_dgrid *in, const cs_dgrid *out, cs_mode mode,
-                  double cval)
-{
-    const cs_fusion_plan *f = &plan->fusion;
-    const long total = f->passes + (f->remainder > 0);
-    const cs_dgrid *src = in;
-    for (long i = 0; i < total; i++) {
-        CS_TRY(cs_cuda_check_interrupt(ctx, i * f->depth));
-        const int depth = (int)(i < f->passes ? f->depth : f->remainder);
-        const cs_dgrid *dst = i + 1 == total ? out : &L->g[i % 2];
-        CS_TRY(cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, depth, mode, cval,
-                                 i == 0 ? s->lane->flags + 0 : NULL,
-                                 i + 1 == total ? s->lane->flags + 1
-                                                : NULL));
-        src = dst;
-    }
-    return CS_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -505,8 +502,8 @@ cs_engine_setup_grids(cs_cuda_ctx *ctx, cs_apply_state *s,
 }
 
 /* The step loop, timed with the lane's events when `timed`: between the
-   main grids, or from arrays[0] to arrays[1] (tb2d_loop_between) when
-   `arrays` is given. */
+   main grids, or from arrays[0] to arrays[1] (tb2d_passes) when `arrays`
+   is given. */
 static cs_status
 timed_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, cs_loop_args *L,
            const cs_plan *plan, cs_mode mode, double cval, int timed,
@@ -517,8 +514,7 @@ timed_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, cs_loop_args *L,
                       "cudaEventRecord (step loop start)");
     }
     if (arrays != NULL) {
-        CS_TRY(tb2d_loop_between(ctx, s, L, plan, &arrays[0], &arrays[1],
-                                 mode, cval));
+        CS_TRY(tb2d_passes(ctx, s, L, plan, arrays, mode, cval, cur));
     } else {
         CS_TRY(cs_engine_step_loop(ctx, s, L, plan, mode, cval, cur));
     }

@@ -103,8 +103,8 @@ copy_box_kernel(const copy_params p)
     }
     for (ptrdiff_t r = (ptrdiff_t)blockIdx.y * block_rows + ty; r < p.rows;
          r += (ptrdiff_t)gridDim.y * block_rows) {
-        ptrdiff_t z = r / p.ey;
-        ptrdiff_t y = r - z * p.ey;
+        const ptrdiff_t z = cs_plane_of_row(r, p.ey, p.rows);
+        const ptrdiff_t y = r - z * p.ey;
         p.dst[z * p.dst_plane + y * p.dst_pitch + x] =
             p.src[z * p.src_plane + y * p.src_pitch + x];
     }

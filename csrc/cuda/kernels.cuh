@@ -18,6 +18,8 @@
 #include "../plan.h"
 #include "../stencil.h"
 
+#include <stdint.h>
+
 /*
  * A padded device grid.  Grid element (z, y, x) is
  *     origin[z * plane + y * pitch + x]
@@ -65,6 +67,25 @@ cs_row_blocks(ptrdiff_t ex, ptrdiff_t rows, int block, int *row_threads,
     *row_threads = rt;
     *grid = dim3((unsigned)gx, (unsigned)(gy < 65535 ? gy : 65535));
     return 1;
+}
+
+/*
+ * The plane z of row r = z * ey + y of such a box of `rows` rows.  A
+ * 64-bit division costs about as many instructions as a thread's whole
+ * copy of one element (a copy then runs short of the memory's rate): one
+ * plane needs none, and most 3D boxes have few enough rows for a 32-bit
+ * one.
+ */
+static __device__ __forceinline__ ptrdiff_t
+cs_plane_of_row(ptrdiff_t r, ptrdiff_t ey, ptrdiff_t rows)
+{
+    if (rows == ey) {
+        return 0;
+    }
+    if (rows <= (ptrdiff_t)UINT32_MAX) {
+        return (ptrdiff_t)((uint32_t)r / (uint32_t)ey);
+    }
+    return r / ey;
 }
 
 /* ---- halo.cu ---------------------------------------------------------- */

@@ -45,7 +45,7 @@
  * input values and the last non-finite results (engine.cu); those checks
  * are a template flag, since testing for them at run time in every pass
  * cost about 5% (H100, 10240^2, depth 8: heat2d 860 against 900 G
- * stencils/s, box2d9p 620 against 641).
+ * stencils/s, box2d9p 620 against 641; h100_tb2d_flag_checks.md).
  */
 #include "kernels.cuh"
 #include "async_copy.cuh"
@@ -309,6 +309,25 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
     }
 }
 
+/* Rows first .. last of level 0: the plain rows [lo, hi) unrolled by U,
+   the rows before and after them once each (YEDGE: with the edge tests,
+   which wrap does not need). */
+template <int V, int T, bool PLUS, bool FLAGS, bool XEDGE, bool XREAD,
+          bool YEDGE, int U>
+static __device__ __forceinline__ void
+stream_ranges(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
+              double *ring, ptrdiff_t first, ptrdiff_t lo, ptrdiff_t hi,
+              ptrdiff_t last, unsigned &bad)
+{
+    int slot = 0;
+    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
+        p, s, L, ring, slot, first, lo, last, bad);
+    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, XREAD, U>(
+        p, s, L, ring, slot, lo, hi, last, bad);
+    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
+        p, s, L, ring, slot, hi, last + 1, last, bad);
+}
+
 /* A warp's whole stream: the rows near the grid's top and bottom edges
    (or read from beyond them) with the edge tests, the rest without.
    XEDGE: as level_step says; XREAD: some column of the strip lies
@@ -343,23 +362,13 @@ stream_strip(const tbs_params &p, const tbs_strip &s, double *ring,
     lo = lo < last + 1 ? lo : last + 1;
     ptrdiff_t hi = p.ny - TS_RING < last + 1 ? p.ny - TS_RING : last + 1;
     hi = hi > lo ? hi : lo;
-    int slot = 0;
-    /* the plain rows unrolled by U; the edge rows once each */
     if (p.mode == CS_MODE_WRAP) { /* every row a real row: no edge tests */
-        stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, true, 1>(
-            p, s, L, ring, slot, first, lo, last, bad);
-        stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, XREAD, U>(
-            p, s, L, ring, slot, lo, hi, last, bad);
-        stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, true, 1>(
-            p, s, L, ring, slot, hi, last + 1, last, bad);
-        return;
+        stream_ranges<V, T, PLUS, FLAGS, XEDGE, XREAD, false, U>(
+            p, s, L, ring, first, lo, hi, last, bad);
+    } else {
+        stream_ranges<V, T, PLUS, FLAGS, XEDGE, XREAD, true, U>(
+            p, s, L, ring, first, lo, hi, last, bad);
     }
-    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, true, true, 1>(
-        p, s, L, ring, slot, first, lo, last, bad);
-    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, XREAD, U>(
-        p, s, L, ring, slot, lo, hi, last, bad);
-    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, true, true, 1>(
-        p, s, L, ring, slot, hi, last + 1, last, bad);
 }
 
 template <int V, int T, bool PLUS, bool FLAGS>

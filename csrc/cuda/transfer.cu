@@ -39,29 +39,14 @@ typedef struct array_params {
     int *nonfinite;      /* NULL, or set to 1 where a value is not finite */
 } array_params;
 
-/* The plane of row r (= z * ey + y).  A 64-bit division costs about as
-   many instructions as a thread's whole copy of one element (the copy
-   then runs short of the memory's rate); one plane needs none, and most
-   3D boxes have few enough rows for a 32-bit one. */
-static __device__ __forceinline__ ptrdiff_t
-plane_of(const array_params &p, ptrdiff_t r)
-{
-    if (p.rows == p.ey) {
-        return 0;
-    }
-    if (p.rows <= (ptrdiff_t)UINT32_MAX) {
-        return (ptrdiff_t)((uint32_t)r / (uint32_t)p.ey);
-    }
-    return r / p.ey;
-}
-
 /*
  * Rows a thread copies per trip, and about how many in all: a trip
  * issues all its loads before its stores, so that each thread keeps
  * several in flight.  One element per thread and block (a block per
- * 256 elements) left the copy well short of the memory's rate: a
- * 100-step heat1d call on a CuPy array of 2^27 points ran at 78% of its
- * step loop before, 85% after (h100_e2e.md at 6991c80 and 84a1a5e).
+ * 256 elements) left the copy at 58% of the H100's DRAM rate, 86%
+ * after (h100_ncu_copy1d.md): a 100-step heat1d call on a CuPy array of
+ * 2^27 points ran at 78% of its step loop before, 85% after (h100_e2e.md
+ * at 6991c80 and 84a1a5e).
  */
 #define COPY_BATCH 4
 #define COPY_ROWS_PER_THREAD 8
@@ -92,7 +77,7 @@ copy_box_elements(const array_params &p, Load load, Store store)
         for (int u = 0; u < COPY_BATCH; u++) {
             const ptrdiff_t ru = r + u * step;
             if (ru < p.rows) {
-                z[u] = plane_of(p, ru);
+                z[u] = cs_plane_of_row(ru, p.ey, p.rows);
                 y[u] = ru - z[u] * p.ey;
                 v[u] = load(z[u], y[u], x);
             }

@@ -166,7 +166,12 @@ size_t &max_dynamic_smem(const void *fn);
 cudaError_t check_config(const void *fn, dim3 grid, dim3 block, size_t smem);
 void run_grid(dim3 grid, dim3 block, size_t smem,
               const std::function<void()> &body);
+void count_launch(const char *name);
 }  // namespace cs_emu
+// launches of the kernel named `name` (template arguments left out) since
+// the last cs_emu_reset_launches()
+long cs_emu_launches(const char *name);
+void cs_emu_reset_launches(void);
 
 template <class F>
 cudaError_t cudaFuncSetAttribute(F *fn, cudaFuncAttribute a, int v)
@@ -194,9 +199,10 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F *)
 }
 
 template <class... KArgs, class... Args>
-void cs_emu_launch(void (*fn)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                   cudaStream_t, Args... args)
+void cs_emu_launch(const char *name, void (*fn)(KArgs...), dim3 grid,
+                   dim3 block, size_t smem, cudaStream_t, Args... args)
 {
+    cs_emu::count_launch(name);
     cudaError_t e = cs_emu::check_config((const void *)fn, grid, block, smem);
     if (e != cudaSuccess) {
         cs_emu::set_error(e);

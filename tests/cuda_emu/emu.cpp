@@ -5,6 +5,7 @@
  * EMU_MALLOC_LIMIT=<bytes>.
  */
 #include <chrono>
+#include <string>
 #include "cuda_runtime.h"
 
 thread_local dim3 threadIdx, blockIdx;
@@ -66,8 +67,26 @@ Pool *pool() {
 }
 }  // namespace
 
+namespace {
+std::mutex launches_mu;
+std::map<std::string, long> launches;
+}  // namespace
+long cs_emu_launches(const char *name) {
+    std::lock_guard<std::mutex> l(launches_mu);
+    auto it = launches.find(name);
+    return it == launches.end() ? 0 : it->second;
+}
+void cs_emu_reset_launches(void) {
+    std::lock_guard<std::mutex> l(launches_mu);
+    launches.clear();
+}
+
 namespace cs_emu {
 void set_error(cudaError_t e) { last_error = e; }
+void count_launch(const char *name) {
+    std::lock_guard<std::mutex> l(launches_mu);
+    launches[name]++;
+}
 size_t &max_dynamic_smem(const void *fn) {
     static std::map<const void *, size_t> m;
     static std::mutex mu;

@@ -6,8 +6,10 @@
 # test_engine: cs_cuda_apply on every path, mode and kernel family against
 # a naive step-by-step correlate, plus the error paths (no device, no
 # driver, device out of memory, unsupported kernels) and leak checks.
-# Launches `k<<<g, b, smem, stream>>>(args);` and the dynamic shared array
-# are rewritten by sed on the way; nothing else in the sources changes.
+# Launches `k<<<g, b, smem, stream>>>(args);` (counted by the kernel's
+# name, for the tests to see which kernels a call ran) and the dynamic
+# shared array are rewritten by sed on the way; nothing else in the
+# sources changes.
 #
 #   EMU_CFLAGS   extra compiler flags, e.g. "-fsanitize=address,undefined"
 #   EMU_SMS      SMs the device reports (default 132); a small count makes
@@ -25,7 +27,7 @@ flags=(${EMU_CFLAGS:-})
 mkdir -p "$out/cuda"
 for f in "$src"/cuda/*.cu "$src"/cuda/*.cuh "$src"/cuda/*.h; do
     sed -E \
-        -e 's/([A-Za-z_][A-Za-z_0-9]*(<[^<>]*>)?)<<<(.*)>>>\((.*)\);/cs_emu_launch(\1, \3, \4);/' \
+        -e 's/([A-Za-z_][A-Za-z_0-9]*)((<[^<>]*>)?)<<<(.*)>>>\((.*)\);/cs_emu_launch("\1", \1\2, \4, \5);/' \
         -e 's/extern __shared__ double smem\[\];/double *smem = cs_emu_dynamic_smem();/' \
         "$f" > "$out/cuda/$(basename "$f")"
 done

@@ -390,13 +390,16 @@ static void put_f16(void *p, double v) {  // v: a small integer, exact in half
 // cs_cuda_apply_device on arrays in (emulated) device memory: element
 // types, C and F order, a negative stride, out the grid itself, folded
 // 1D grids, rows of C-order arrays `pad` elements longer than the grid's;
-// against the reference on the same values as float64.
+// against the reference on the same values as float64.  `copies` 0: the
+// call must run without loading the grid into the engine's layout or
+// storing the result from it (tb2d between the arrays); 1: it must do
+// both; -1: not checked.
 static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
                               ptrdiff_t nx, cs_dtype dtype, size_t size,
                               void (*write)(void *, double), bool fortran,
                               bool flip_x, bool in_place, cs_mode mode,
                               long steps, cs_cuda_path path,
-                              ptrdiff_t pad = 0) {
+                              ptrdiff_t pad = 0, int copies = -1) {
     const ptrdiff_t n[3] = {nz, ny, nx};
     const size_t count = nz * ny * nx;
     cs_kernel k{};
@@ -433,8 +436,11 @@ static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     cs_cuda_streams streams{{0, 0}, 0};
     cs_run_info info{};
     char err[512] = "";
+    cs_emu_reset_launches();
     cs_status stt = cs_cuda_apply_device(&a, &o, n, &k, mode, 0.5, steps, path,
                                          &streams, &info, nullptr, err, sizeof err);
+    const long loads = cs_emu_launches("load_array_kernel");
+    const long stores = cs_emu_launches("store_array_kernel");
     double num = 0, den = 0;
     for (ptrdiff_t z = 0; z < nz; z++)
         for (ptrdiff_t y = 0; y < ny; y++)
@@ -448,12 +454,17 @@ static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
     cudaFree(din);
     cudaFree(dout);
-    bool ok = stt == CS_OK && rel <= 1e-12 && std::isfinite(rel) && !leaked();
-    printf("%s device %-9s %tdx%tdx%td dtype=%d %s%s%s%s steps=%ld -> %s rel=%.2e %s\n",
+    const bool copies_ok = copies < 0
+                           || (copies == 0 ? loads == 0 && stores == 0
+                                           : loads > 0 && stores > 0);
+    bool ok = stt == CS_OK && rel <= 1e-12 && std::isfinite(rel) && copies_ok
+              && !leaked();
+    printf("%s device %-9s %tdx%tdx%td dtype=%d %s%s%s%s steps=%ld -> %s loads=%ld stores=%ld rel=%.2e %s\n",
            ok ? "ok  " : "FAIL", K.name.c_str(), nz, ny, nx, (int)dtype,
            fortran ? "F" : "C", pad ? " padded" : "", flip_x ? " flipped" : "",
            in_place ? " in-place" : "",
-           steps, info.path ? info.path : "?", rel, stt != CS_OK ? err : "");
+           steps, info.path ? info.path : "?", loads, stores, rel,
+           stt != CS_OK ? err : "");
     ok ? passes++ : failures++;
     cs_kernel_free(&k);
 }
@@ -646,11 +657,11 @@ static void tb2d_cases(bool quick) {
         // between float64 device arrays: the first pass reads the input
         // and the last writes the result (one pass alone: both); other
         // layouts go through the padded grids
-        device_array_case(heat2d, 1, 70, 150, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 11, CC);
-        device_array_case(r33, 2, 17, 16, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, CC, 3);
-        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, true, false, false, mode, 9, CC);
-        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, true, false, mode, 9, CC);
-        device_array_case(heat2d, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, mode, 9, CC);
+        device_array_case(heat2d, 1, 70, 150, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 11, CC, 0, 0);
+        device_array_case(r33, 2, 17, 16, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, CC, 3, 0);
+        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, true, false, false, mode, 9, CC, 0, 1);
+        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, true, false, mode, 9, CC, 0, 1);
+        device_array_case(heat2d, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, mode, 9, CC, 0, 1);
         if (quick) continue;
         run_case(heat2d, 1, 41, 131, mode, -0.5, 19, CC, false, "cuda-core", 8);
         run_case(r33, 3, 16, 117, mode, 2.0, 3, CC, false, "cuda-core", 3);
