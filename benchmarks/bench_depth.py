@@ -1,14 +1,16 @@
-"""Fused depth on tensor cores: bench_gpu.py once per depth limit.
+"""Fused depth: bench_gpu.py once per depth limit.
 
 For each d in --depths it runs
 
     CONVSTENCIL_CUDA_MAX_DEPTH=d python benchmarks/bench_gpu.py
         --presets PRESETS BENCH_GPU_OPTIONS...
 
-(its result files go to a temporary folder) and tabulates the
-tensor-core path (`convstencil-tc`: every time step counted, a fused
-pass of k steps counts k) per preset and depth, with the depth the
-engine fused and the rate per pass.  Timing, checks and data are
+(its result files go to a temporary folder) and tabulates one
+path (--system: the tensor-core path `convstencil-tc` by default, or the
+CUDA-core path `convstencil-cudacore`, tb2d for planar 3 x 3 kernels
+and pluses; every time step counted, a fused pass of k steps counts k)
+per preset and depth, with the depth the engine fused and the rate per
+pass.  Timing, checks and data are
 bench_gpu.py's.
 
     python benchmarks/bench_depth.py --presets heat1d --save h100_1d_depth
@@ -54,6 +56,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", required=True)
     ap.add_argument("--depths", default="1,2,3")
+    ap.add_argument("--system", default="convstencil-tc",
+                    choices=("convstencil-tc", "convstencil-cudacore"))
     ap.add_argument("--save", default="")
     args = ap.parse_args(argv)
 
@@ -66,7 +70,7 @@ def main():
         for r in run_depth(depth, args.presets, passthrough):
             if prov is None:
                 prov = common.provenance(r["device"])
-            if r["system"] != "convstencil-tc":
+            if r["system"] != args.system:
                 continue
             key = (r["preset"], depth)
             # the largest grid of the preset (the main shape when there
@@ -76,7 +80,7 @@ def main():
             rates[key] = (r["gstencils_per_s"], r.get("fused_depth", 0),
                           r["shape"])
             records.append(dict(prov, preset=r["preset"], shape=r["shape"],
-                                steps=r["steps"], system="convstencil-tc",
+                                steps=r["steps"], system=args.system,
                                 max_depth=depth,
                                 fused_depth=r.get("fused_depth"),
                                 gstencils_per_s=r["gstencils_per_s"]))
@@ -98,15 +102,18 @@ def main():
             cells += ["%.1f (%d)" % (g, fused),
                       "%.1f" % (g / fused) if fused else "-"]
         head.append("| %d | %s |" % (depth, " | ".join(cells)))
-    md = ("# Fused depth on tensor cores: %s\n\n- device: %s\n- date: %s\n"
-          "- commit: %s\n- command: `%s`\n\nGStencils/s of the tensor-core "
-          "path (backend \"cuda-tc\"), every time step counted, with "
+    path = {"convstencil-tc": "tensor-core path (backend \"cuda-tc\")",
+            "convstencil-cudacore": "CUDA-core path (backend "
+                                    "\"cuda-core\")"}[args.system]
+    md = ("# Fused depth, %s: %s\n\n- device: %s\n- date: %s\n"
+          "- commit: %s\n- command: `%s`\n\nGStencils/s of the %s, "
+          "every time step counted, with "
           "CONVSTENCIL_CUDA_MAX_DEPTH set to each depth in turn; in brackets "
           "the depth the engine fused; per pass: the rate divided by that "
           "depth.  Timing and checks are bench_gpu.py's (the step loop, CUDA "
           "events, median of its runs).\n\n%s\n"
-          % (args.presets, prov["device"], prov["date"], prov["commit"],
-             prov["command"], "\n".join(head)))
+          % (args.system, args.presets, prov["device"], prov["date"],
+             prov["commit"], prov["command"], path, "\n".join(head)))
     print("\n" + md)
     if args.save:
         common.write_results(args.save, records, md)

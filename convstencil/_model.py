@@ -102,6 +102,9 @@ TB2D_MAX_SEGMENTS = 4096
 # cell-operations/s; every record of that run within 2%.
 TB2D_OVERHEAD_OPS = 6.25
 TB2D_FP64_FRACTION = 0.955
+# A wider kernel (radius r) takes r neighbour columns from either side:
+# one more shuffle per cell and side for each radius past the first.
+TB2D_SHUFFLE_OPS = 1.0
 
 # tc2d's tile (csrc/cuda/tc2d.cu, also tc3d's: 32 rows x 128 columns).
 TC_TILE_ROWS = 32
@@ -214,22 +217,23 @@ def _pass_time(resources, launches, rates, extra=0.0):
     return t + t_launch + extra, bound
 
 
-def tb2d_margin(depth):
-    """Columns of margin on either side of a tb2d strip's stored ones."""
-    lanes = -(-depth // TB2D_LANE_COLUMNS)
+def tb2d_margin(depth, radius=1):
+    """Columns of margin on either side of a tb2d strip's stored ones:
+    `radius` per step, in whole lanes."""
+    lanes = -(-(radius * depth) // TB2D_LANE_COLUMNS)
     return lanes * TB2D_LANE_COLUMNS
 
 
-def tb2d_segments(columns, ny, depth, resident):
+def tb2d_segments(columns, ny, halo_rows, resident):
     """Segments per strip, as tb2d.cu's choose_segments picks them: each
-    segment's 2 depth extra rows weighed against the rounds of warps the
-    launch takes, plus one (the first round runs in step; measured in
-    h100_tb2d_segments.md)."""
+    segment's 2 halo_rows extra rows weighed against the rounds of warps
+    the launch takes, plus one (the first round runs in step; measured
+    in h100_tb2d_segments.md)."""
     best, best_cost = 1, None
     for s in range(1, min(ny, TB2D_MAX_SEGMENTS) + 1):
         rows = -(-ny // s)
         rounds = -(-(columns * s) // resident)
-        cost = (rounds + 1) * (rows + 2 * depth)
+        cost = (rounds + 1) * (rows + 2 * halo_rows)
         if best_cost is None or cost < best_cost:
             best, best_cost = s, cost
     return best
@@ -239,27 +243,32 @@ def _tb2d_pass(w, shape, depth, rates):
     """Cost of one tb2d pass of `depth` steps: every warp reads its strip
     with margins once and writes its stored columns once; each level
     computes the whole strip, the margins redundantly, and the rows of
-    the segment and the `depth` above and below it."""
+    the segment and the radius x `depth` above and below it."""
     nz, ny, nx = (1,) * (3 - len(shape)) + tuple(shape)
+    side = w.shape[-1]
+    radius = (side - 1) // 2
+    halo = radius * depth
     npts = float(nz * ny * nx)
-    own = TB2D_STRIP - 2 * tb2d_margin(depth)
+    own = TB2D_STRIP - 2 * tb2d_margin(depth, radius)
     strips = -(-nx // own)
     resident = rates["sms"] * TB2D_BLOCKS_PER_SM * TB2D_WARPS
-    segs = tb2d_segments(strips * nz, ny, depth, resident)
+    segs = tb2d_segments(strips * nz, ny, halo, resident)
     rows = -(-ny // segs)
     items = strips * segs * nz
     rounds = -(-items // resident)
     # warp slots left idle: a ragged last round, and the round the first
     # one costs in step (as choose_segments prices them)
     idle = (rounds + 1) * resident / items
-    redundancy = (float(TB2D_STRIP * strips * (rows + 2 * depth) * segs)
+    redundancy = (float(TB2D_STRIP * strips * (rows + 2 * halo) * segs)
                   / (nx * ny))
-    macs = 5 if kernel_taps(w.reshape(3, 3))["plus"] else 9
+    plus = kernel_taps(w.reshape(side, side))["plus"]
+    macs = 4 * radius + 1 if plus else side * side
     useful = 2.0 * np.count_nonzero(w) * depth
     executed = 2.0 * macs * depth * redundancy
-    bytes_ = 8.0 * (TB2D_STRIP * strips * (rows + 2 * depth) * segs
+    bytes_ = 8.0 * (TB2D_STRIP * strips * (rows + 2 * halo) * segs
                     + nx * ny) / (nx * ny)
-    issue = 2.0 * (macs + TB2D_OVERHEAD_OPS) * depth * redundancy * idle
+    others = TB2D_OVERHEAD_OPS + TB2D_SHUFFLE_OPS * (radius - 1)
+    issue = 2.0 * (macs + others) * depth * redundancy * idle
     res = {
         "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION["tb2d"]),
         "FP64 units": npts * issue / (rates["fp64_flops"]

@@ -68,6 +68,22 @@ cs_cc2d_taps(const int size[3], const double *weights)
                                                      : CS_CC2D_BOX;
 }
 
+int
+cs_tb2d_max_depth(const int size[3], const double *weights)
+{
+    const int k = size[1];
+    if (weights == NULL || size[0] != 1 || size[2] != k) {
+        return 0;
+    }
+    if (k == 3) {
+        return CS_TB2D_MAX_DEPTH;
+    }
+    if ((k != 5 && k != 7) || !cs_taps_plus(k, weights)) {
+        return 0;
+    }
+    return 4;
+}
+
 static int
 kernel_size(const cs_kernel *k, int axis)
 {
@@ -238,24 +254,30 @@ plan_tensor_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
     return CS_OK;
 }
 
-/* Whether tb2d runs k on this grid: a planar 3 x 3 kernel on planes of
-   at least CS_TB2D_MIN_EXTENT rows and columns. */
+/* The most steps per pass tb2d runs of k on this grid; 0: it does not
+   (a folded grid, kernels cs_tb2d_max_depth refuses, planes under
+   CS_TB2D_MIN_EXTENT rows or columns). */
 static int
-tb2d_runs(const cs_kernel *k, const cs_plan *plan)
+tb2d_depth(const cs_kernel *k, const cs_plan *plan)
 {
-    return !plan->fold && k->size[0] == 1 && k->size[1] == 3
-           && k->size[2] == 3 && plan->run_shape[1] >= CS_TB2D_MIN_EXTENT
-           && plan->run_shape[2] >= CS_TB2D_MIN_EXTENT;
+    const int size[3] = {kernel_size(k, 0), kernel_size(k, 1),
+                         kernel_size(k, 2)};
+    if (plan->fold || plan->run_shape[1] < CS_TB2D_MIN_EXTENT
+        || plan->run_shape[2] < CS_TB2D_MIN_EXTENT) {
+        return 0;
+    }
+    return cs_tb2d_max_depth(size, k->weights);
 }
 
-/* tb2d: passes of CS_TB2D_MAX_DEPTH steps (or the cap), the remainder as
-   one more pass of its own depth (each pass reads and writes the grid
-   once, whatever its depth); exact at every edge, no band. */
+/* tb2d: passes of its most steps (or the cap), the remainder as one more
+   pass of its own depth (each pass reads and writes the grid once,
+   whatever its depth); exact at every edge, no band. */
 static void
-plan_tb2d(long steps, const cs_caps *caps, cs_plan *plan)
+plan_tb2d(const cs_kernel *k, int max_depth, long steps, const cs_caps *caps,
+          cs_plan *plan)
 {
-    long top = caps->max_depth == 0 || caps->max_depth > CS_TB2D_MAX_DEPTH
-                   ? CS_TB2D_MAX_DEPTH
+    long top = caps->max_depth == 0 || caps->max_depth > max_depth
+                   ? max_depth
                    : caps->max_depth;
     const int best = (int)(top < steps ? top : steps);
     plan->pass = CS_PASS_TB2D;
@@ -264,20 +286,21 @@ plan_tb2d(long steps, const cs_caps *caps, cs_plan *plan)
     plan->fusion.passes = steps / best;
     plan->fusion.remainder = steps % best;
     for (int a = 0; a < 3; a++) {
-        plan->max_side[a] = a == 0 ? 1 : 2 * best + 1;
+        plan->max_side[a] = a == 0 ? 1 : best * (k->size[a] - 1) + 1;
     }
 }
 
-/* CUDA cores: a planar 3 x 3 kernel runs temporally blocked (tb2d); a
-   7-point star in 3D fuses two steps per cc3d pass (at most two:
-   fused_band.cu recomputes the band of two steps); every other kernel
-   runs step by step. */
+/* CUDA cores: a planar 3 x 3 kernel or a planar plus of side 5 or 7 runs
+   temporally blocked (tb2d); a 7-point star in 3D fuses two steps per
+   cc3d pass (at most two: fused_band.cu recomputes the band of two
+   steps); every other kernel runs step by step. */
 static cs_status
 plan_cuda_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
                long steps, const cs_caps *caps, cs_plan *plan)
 {
-    if (tb2d_runs(k, plan)) {
-        plan_tb2d(steps, caps, plan);
+    const int tb2d_max = tb2d_depth(k, plan);
+    if (tb2d_max > 0) {
+        plan_tb2d(k, tb2d_max, steps, caps, plan);
         return CS_OK;
     }
     const long depth = caps->max_depth == 0 || caps->max_depth > 2

@@ -26,7 +26,8 @@ enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
 #define CS_TC_MAX_SIDE 7      /* tc2d/tc3d: one stencil2row tile per axis */
 #define CS_TC_MAX_SIDE_1D 31  /* tc1d: kernels of 9 to 31 points */
 #define CS_TC3D_MAX_KZ 7      /* tc3d: planes of the (composed) kernel */
-#define CS_TB2D_MAX_DEPTH 8   /* tb2d: steps per trip (its margins) */
+#define CS_TB2D_MAX_DEPTH 8   /* tb2d: steps per trip of a 3 x 3 kernel
+                                 (its margins; cs_tb2d_max_depth) */
 #define CS_TB2D_MIN_EXTENT 16 /* tb2d: rows and columns of a grid it runs
                                  (a tile holds the cells the modes map
                                  its margins to) */
@@ -50,6 +51,16 @@ cs_cc3d_taps(const int size[3], const double *weights);
  */
 int
 cs_cc2d_taps(const int size[3], const double *weights);
+
+/*
+ * The most steps per pass tb2d runs of one plane of k x k weights (size
+ * {1, k, k}): CS_TB2D_MAX_DEPTH for k = 3, 4 for a plus of side 5 or 7
+ * (their margins, k - 1 columns per step, and the partial rows each
+ * step keeps in registers: deeper ones spill); 0 when tb2d does not run
+ * the kernel (other extents, a box of side 5 or 7).
+ */
+int
+cs_tb2d_max_depth(const int size[3], const double *weights);
 
 /* What the device offers, as the caller found it. */
 typedef struct cs_caps {

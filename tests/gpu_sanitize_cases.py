@@ -108,28 +108,30 @@ def main():
     for grid, w in cases:
         for mode in MODES:
             ok &= check(grid, w, 2, mode, "cuda-core")
-    # tb2d: planar 3 x 3 kernels on CUDA cores, T steps per trip to memory
-    # (depth 8, then the tail pass of 3), tiles past every edge and
-    # several tiles per row and column, every mode
-    for name in ("heat2d", "box2d9p"):
-        w = cs.Stencil(name).weights
+    # tb2d: planar 3 x 3 kernels and pluses of sides 5 and 7 on CUDA
+    # cores, T steps per trip to memory (depth 8 or 4, then a tail
+    # pass), tiles past every edge and several tiles per row and column,
+    # every mode
+    plus5 = np.zeros((5, 5))
+    plus5[2, :] = plus5[:, 2] = 0.1
+    for w in (cs.Stencil("heat2d").weights, cs.Stencil("box2d9p").weights,
+              cs.Stencil("star2d13p").weights, plus5):
         for shape in ((70, 200), (301, 517)):
             for mode in MODES:
                 ok &= check(rng.standard_normal(shape), w, 11, mode,
                             "cuda-core")
-    # cc2d: plus, outer-product (box2d49p) and box instances, persistent
-    # blocks walking several tiles (1100 x 1700: 252 tiles of 128 x 64,
-    # 315 of 128 x 32)
-    big = rng.standard_normal((1100, 1700))
-    box7 = rng.uniform(0.1, 1.0, (7, 7))
-    for w in (cs.Stencil("star2d13p").weights, cs.Stencil("box2d49p").weights,
-              box7 / box7.sum()):
-        ok &= check(big, w, 1, "reflect", "cuda-core")
-    plus5 = np.zeros((5, 5))
-    plus5[2, :] = plus5[:, 2] = 0.1
     for mode in ("constant", "wrap"):
         ok &= check(rng.standard_normal((3, 70, 131)), plus5[None], 2, mode,
                     "cuda-core")
+    # cc2d: plus (on planes under tb2d's 16 rows), outer-product
+    # (box2d49p) and box instances, persistent blocks walking several
+    # tiles (1100 x 1700: 252 tiles of 128 x 64, 315 of 128 x 32)
+    big = rng.standard_normal((1100, 1700))
+    box7 = rng.uniform(0.1, 1.0, (7, 7))
+    for w in (cs.Stencil("box2d49p").weights, box7 / box7.sum()):
+        ok &= check(big, w, 1, "reflect", "cuda-core")
+    ok &= check(rng.standard_normal((15, 1700)), cs.Stencil("star2d13p").weights,
+                1, "reflect", "cuda-core")
     # cc3d, streaming along z: several z blocks and partial tiles, heat3d
     # fused two steps per pass (the band recomputed in place) with a
     # remainder, every instance (box 3 and 5, diamond 3, 5 and 7; narrow

@@ -526,7 +526,7 @@ def test_out_of_device_memory_is_a_memory_error():
 
 
 # ---------------------------------------------------------------------------
-# tb2d: planar 3 x 3 kernels temporally blocked on CUDA cores
+# tb2d: planar 3 x 3 kernels and pluses temporally blocked on CUDA cores
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("shape", [(16, 16), (17, 300), (301, 129),
@@ -550,6 +550,31 @@ def test_tb2d_random_kernels(shape, mode, cval, rng):
                                     backends=("cuda-core",))
             cc = infos["cuda-core"]
             assert cc["fused_depth"] == min(8, steps), cc
+
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("shape", [(16, 16), (17, 300), (301, 129),
+                                   (3, 40, 50), (1000, 1100)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("side,top", [(5, 4), (7, 4)])
+def test_tb2d_random_pluses(side, top, shape, mode, cval, rng):
+    """Random signed pluses of sides 5 and 7 (star2d13p's shape) on the
+    grids above: one pass, passes plus a tail pass of every kind."""
+    r = side // 2
+    w = np.zeros((side, side))
+    w[r, :] = rng.uniform(-0.5, 1.0, side)
+    w[:, r] = rng.uniform(-0.5, 1.0, side)
+    w /= np.abs(w).sum()
+    if len(shape) == 3:
+        w = w[None]
+    for steps in (1, top, 2 * top + 1, 13):
+        infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps,
+                                mode, cval,
+                                dict(shape=shape, steps=steps, side=side,
+                                     seed=rng.seed),
+                                backends=("cuda-core",))
+        cc = infos["cuda-core"]
+        assert cc["fused_depth"] == min(top, steps), cc
 
 
 def preset_weights_3x3(rng):

@@ -38,6 +38,26 @@ def sides3(w):
     return (1,) * (3 - w.ndim) + tuple(w.shape)
 
 
+def is_plus(w2):
+    """Every nonzero weight of the square w2 on its centre row or column."""
+    r = (w2.shape[0] - 1) // 2
+    off = np.ones(w2.shape, bool)
+    off[r, :] = off[:, r] = False
+    return not np.any(w2[off])
+
+
+def tb2d_max_depth(w):
+    """tb2d's most steps per pass of w (0: tb2d does not run it): any
+    planar 3 x 3 kernel 8, a planar plus of side 5 or 7 4."""
+    kz, ky, kx = sides3(w)
+    if kz != 1 or ky != kx:
+        return 0
+    if ky == 3:
+        return 8
+    w2 = w.reshape(ky, kx)
+    return {5: 4, 7: 4}.get(ky, 0) if is_plus(w2) else 0
+
+
 def check_plan_rules(p, w, shape, mode, steps, max_depth=0):
     """What every plan must satisfy, whatever it chose."""
     depth = p["fused_depth"]
@@ -54,7 +74,9 @@ def check_plan_rules(p, w, shape, mode, steps, max_depth=0):
         # exact at every edge: no band; the remainder is one tail pass
         assert p["band"] == "none" and p["tail_pass"], p
         assert set(p["band_widths"]) == {0}, p
-        assert depth == min(8, max_depth or 8, steps), p
+        top = tb2d_max_depth(w)
+        assert top, p
+        assert depth == min(top, max_depth or top, steps), p
         return
     assert not p["tail_pass"], p
     # band geometry: (depth-1)*r, read from strips of (2*depth-1)*r
@@ -119,16 +141,18 @@ def test_presets_auto(name, steps, mode):
 
 def test_auto_paths_of_the_presets():
     """Tensor cores where they fuse (every 1D preset, the 3x3 2D ones);
-    CUDA cores for planar squares of side 5 and 7 and the 3D presets,
-    which cc2d and cc3d run faster (csrc/plan.c)."""
+    CUDA cores for planar squares of side 5 and 7 (a plus temporally
+    blocked on tb2d) and the 3D presets, which cc2d and cc3d run faster
+    (csrc/plan.c)."""
     want = {"heat1d": "tc1d", "1d5p": "tc1d", "heat2d": "tc2d",
-            "box2d9p": "tc2d", "star2d13p": "none", "box2d49p": "none",
+            "box2d9p": "tc2d", "star2d13p": "tb2d", "box2d49p": "none",
             "heat3d": "cc3d", "box3d27p": "none"}
     for name, pass_kind in want.items():
         w = preset_weights(name)
         p = _core.plan(grid_for(w.ndim), w, MODE["constant"], 100, AUTO)
         assert p["pass"] == pass_kind, (name, p)
-        assert p["path"] == ("cuda-core" if pass_kind in ("none", "cc3d")
+        assert p["path"] == ("cuda-core" if pass_kind in ("none", "cc3d",
+                                                           "tb2d")
                              else "tensor-core"), (name, p)
 
 
@@ -173,8 +197,9 @@ def test_random_kernels_every_path(seed):
         if path == CC:
             assert p["path"] == "cuda-core"
             assert p["pass"] in ("none", "cc3d", "tb2d")
-            planar3 = sides3(w) == (1, 3, 3) and min(shape) >= 16
-            assert (p["pass"] == "tb2d") == (planar3 and steps > 0), p
+            tb2d = (tb2d_max_depth(w) > 0 and len(shape) >= 2
+                    and min(shape[-2:]) >= 16)
+            assert (p["pass"] == "tb2d") == (tb2d and steps > 0), p
 
 
 def test_cuda_core_fuses_only_the_7_point_star():
@@ -187,6 +212,21 @@ def test_cuda_core_fuses_only_the_7_point_star():
     box = preset_weights("box3d27p")
     p = _core.plan((64, 64, 64), box, MODE["reflect"], 9, CC)
     assert p["pass"] == "none" and p["fused_depth"] == 1
+
+
+@pytest.mark.parametrize("side", [5, 7])
+def test_tb2d_takes_pluses_not_boxes(side, rng):
+    """tb2d runs pluses of sides 5 and 7; a box of those sides (or a
+    plus with one weight off its arms) steps one by one on cc2d."""
+    w = np.zeros((side, side))
+    r = side // 2
+    w[r, :] = rng.uniform(-1, 1, side)
+    w[:, r] = rng.uniform(-1, 1, side)
+    p = _core.plan((100, 100), w, MODE["mirror"], 9, CC)
+    assert (p["pass"], p["fused_depth"]) == ("tb2d", 4), p
+    w[0, 0] = 0.01
+    p = _core.plan((100, 100), w, MODE["mirror"], 9, CC)
+    assert (p["pass"], p["fused_depth"]) == ("none", 1), p
 
 
 def test_too_small_for_the_band_is_not_fused():
@@ -262,21 +302,24 @@ def test_cpu_tc_runs_the_tensor_core_plan(name, steps, mode, rng):
 
 
 @pytest.mark.parametrize("steps", [1, 5, 8, 9, 100])
-@pytest.mark.parametrize("name", ["heat2d", "box2d9p"])
-def test_tb2d_on_cuda_cores(name, steps):
-    """Planar 3 x 3 kernels on CUDA cores run temporally blocked: passes
-    of 8 steps, the remainder as one more pass, no band (the modes are
-    applied inside the block); grids under 16 rows or columns step one
-    by one."""
+@pytest.mark.parametrize("name,top", [("heat2d", 8), ("box2d9p", 8),
+                                      ("star2d13p", 4)])
+def test_tb2d_on_cuda_cores(name, top, steps):
+    """Planar 3 x 3 kernels and pluses on CUDA cores run temporally
+    blocked: passes of their most steps, the remainder as one more pass,
+    no band (the modes are applied inside the block); grids under 16 rows
+    or columns step one by one."""
     w = preset_weights(name)
+    d = min(top, steps)
     for mode in MODES:
         p = _core.plan((10240, 10240), w, MODE[mode], steps, CC)
         assert (p["pass"], p["band"], p["tail_pass"]) \
             == ("tb2d", "none", True), p
         assert (p["fused_depth"], p["fused_passes"], p["unfused_steps"]) \
-            == (min(8, steps), steps // min(8, steps), steps % min(8, steps))
+            == (d, steps // d, steps % d)
     p = _core.plan((10240, 10240), w, MODE["wrap"], steps, CC, max_depth=3)
     assert p["fused_depth"] == min(3, steps)
+    assert list(p["max_side"][1:]) == [min(3, steps) * (w.shape[0] - 1) + 1] * 2
     for small in [(15, 100), (100, 15)]:
         p = _core.plan(small, w, MODE["wrap"], steps, CC)
         assert p["pass"] == "none" and p["unfused_steps"] == steps

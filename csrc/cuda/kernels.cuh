@@ -219,9 +219,10 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
 /* ---- tb2d.cu ---------------------------------------------------------- */
 
 /*
- * `depth` (1..CS_TB2D_MAX_DEPTH) steps of a planar 3 x 3 kernel on every
- * plane of `in` into `out`, temporally blocked, exact at every boundary
- * mode (the modes applied at each step inside the block).  Reads and
+ * `depth` (1..cs_tb2d_max_depth) steps of a planar 3 x 3 kernel or a
+ * planar plus of side 5 or 7 on every plane of `in` into `out`,
+ * temporally blocked, exact at every boundary mode (the modes applied
+ * at each step inside the block).  Reads and
  * writes interiors only (no halo needed: `in` and `out` may be any
  * float64 arrays with unit x stride); planes of at least
  * CS_TB2D_MIN_EXTENT rows and columns; k's host weights known.  A

@@ -1,23 +1,26 @@
 /*
- * tb2d.cu -- temporal blocking of planar 3 x 3 stencils on CUDA cores, in
+ * tb2d.cu -- temporal blocking of planar stencils on CUDA cores, in
  * registers: each warp streams down a strip of the plane and carries T
  * time steps in flight, so the grid is read and written once per T steps
  * and the steps themselves touch no shared memory (the 2.5D blocking of
  * the blocking seed, as the streaming kernels of AN5D and EBISU do it).
+ * It runs any 3 x 3 kernel and pluses (nonzero weights on the centre row
+ * and column, as star2d13p) of sides 5 and 7: radius R = 1, 2, 3.
  *
  * A warp owns a strip of SW = 32 V columns (lane l holds columns
  * l V .. l V + V - 1) and a segment of rows.  It reads rows of level 0
- * from T rows above its segment to T rows below, one per iteration,
+ * from R T rows above its segment to R T rows below, one per iteration,
  * through a small per-warp ring of shared memory filled by asynchronous
  * copies a few rows ahead.  Each row read cascades through the T levels:
  * level t takes the row just completed at level t - 1 and completes the
- * row one above it.  The stencil is "pushed": the arriving row's three
- * row filters (the kernel's three rows applied along x) go to the three
- * output rows that read it, so a level keeps two partial rows (2 V
- * doubles per lane) and no old input.  Neighbours along x come from the
- * next lanes by shuffles; each level is exact on one column fewer at
- * either side of the strip, so after T levels the strip's central
- * SW - 2M columns (M = T rounded up to whole lanes) are exact and stored.
+ * row R above it.  The stencil is "pushed": the arriving row's 2 R + 1
+ * row filters (the kernel's rows applied along x; a plus's off-centre
+ * rows are one weight each) go to the output rows that read it, so a
+ * level keeps 2 R partial rows (2 R V doubles per lane) and no old
+ * input.  Neighbours along x come from the next lanes by shuffles; each
+ * level is exact on R columns fewer at either side of the strip, so
+ * after T levels the strip's central SW - 2M columns (M = R T rounded up
+ * to whole lanes) are exact and stored.
  *
  * Boundary modes, exactly as repeated steps apply them:
  *  - wrap: rows and columns are read periodically; every cell is a real
@@ -25,11 +28,11 @@
  *  - constant: an arriving row outside the grid, and columns outside it,
  *    read cval at every level.
  *  - nearest, reflect, mirror: cells outside the grid take, at every
- *    level, the value of the cell the mode maps them to.  Along x the
- *    lane holding the edge column substitutes that cell for the column
- *    beyond the edge; along y a row outside the grid adds nothing, and
- *    the row the mode maps the outside row to adds the kernel row it
- *    would have met there to the edge row (the only row that reads it).
+ *    level, the value of the cell the mode maps them to.  Along x a lane
+ *    near the edge substitutes that cell for each column beyond it;
+ *    along y a row outside the grid adds nothing, and the row the mode
+ *    maps the outside row to adds the kernel rows it would have met
+ *    there to the edge rows that read it.
  * Strips away from the side edges and rows away from the top and bottom
  * run code without those tests (template flags).
  *
@@ -58,7 +61,11 @@
 #define TS_RING 4   /* rows of level 0 per warp in flight or waiting */
 #define TS_V 2      /* columns per lane */
 #define TS_UNROLL 2 /* rows per turn of the row loop */
-#define TS_MIN_BLOCKS 3 /* blocks per SM the registers must allow */
+/* Blocks per SM the registers must allow: three, but two where the
+   levels' partial rows (2 R T V doubles per lane) would spill at three
+   (168 registers a thread; radius 3 at depth 4). */
+#define TS_MIN_BLOCKS(R, T) ((R) * (T) > 9 ? 2 : 3)
+#define TS_MAX_SIDE 7
 
 typedef struct tbs_params {
     const double *in; /* origins (interior element (0, 0, 0)) */
@@ -69,7 +76,7 @@ typedef struct tbs_params {
     ptrdiff_t strips, segs, seg_rows, items;
     cs_mode mode;
     double cval;
-    double w[9];
+    double w[TS_MAX_SIDE * TS_MAX_SIDE]; /* side x side, row-major */
     int *in_flag;  /* non-NULL: set to 1 if the input holds a value that
                       is not finite (a pass reading the caller's array) */
     int *out_flag; /* the same for the result (a pass writing it) */
@@ -87,12 +94,17 @@ strip_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
 
 /* What a warp streams: its plane, strip and rows, and which edges of the
    grid the strip meets. */
+template <int V>
 struct tbs_strip {
     const double *src;
     double *dst;
     ptrdiff_t gx0;    /* the lane's first column */
     ptrdiff_t y0, y1; /* owned rows */
     bool stores;      /* the lane holds owned columns */
+    int xsrc[V];      /* strips at a side edge (not wrap): where the lane's
+                         column j lies outside the grid, the column of the
+                         strip the mode maps it to (holding its value at
+                         every level); -1 inside */
 };
 
 /* Start reading level-0 row `row` into this lane's V cells of a ring
@@ -101,7 +113,7 @@ struct tbs_strip {
    otherwise the plain addresses. */
 template <int V, bool GENERAL>
 static __device__ __forceinline__ void
-read_row(const tbs_params &p, const tbs_strip &s, ptrdiff_t row,
+read_row(const tbs_params &p, const tbs_strip<V> &s, ptrdiff_t row,
          double *slot)
 {
     if (!GENERAL) {
@@ -128,71 +140,152 @@ read_row(const tbs_params &p, const tbs_strip &s, ptrdiff_t row,
     }
 }
 
-/* The arriving row's neighbours along x: e[0] the column left of the
-   lane's first, e[1..V] its own, e[V + 1] the column right of its last.
-   XEDGE (the strip meets an edge, not wrap): the columns beyond it are
-   replaced as the mode says, by cval or by the cell the column next to
-   the edge maps to. */
-template <int V, bool XEDGE>
+/* Columns beyond a side edge (XEDGE strips, not wrap), at the level
+   about to step: constant mode reads cval there; the others the value the
+   column the mode maps them to holds (from the lane holding it), so the
+   neighbours below see them as the mode says. */
+template <int V>
 static __device__ __forceinline__ void
-neighbours(const tbs_params &p, const double (&a)[V], double (&e)[V + 2],
-           ptrdiff_t gx0)
+edge_columns(const tbs_params &p, const tbs_strip<V> &s, double (&a)[V])
 {
-    e[0] = __shfl_up_sync(0xffffffffu, a[V - 1], 1);
-    e[V + 1] = __shfl_down_sync(0xffffffffu, a[0], 1);
+    double held[V][V]; /* held[j][i]: column i of the lane column j maps to */
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        e[j + 1] = a[j];
-    }
-    if (!XEDGE) {
-        return;
-    }
-    const bool mirror = p.mode == CS_MODE_MIRROR;
+        const int src = s.xsrc[j] < 0 ? 0 : s.xsrc[j];
 #pragma unroll
-    for (int i = 0; i < V + 2; i++) {
-        const ptrdiff_t g = gx0 - 1 + i;
-        if (p.mode == CS_MODE_CONSTANT) {
-            if (g < 0 || g >= p.nx) {
-                e[i] = p.cval;
+        for (int i = 0; i < V; i++) {
+            held[j][i] = __shfl_sync(0xffffffffu, a[i], src / V);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        if (s.xsrc[j] >= 0) {
+            double v = held[j][0];
+#pragma unroll
+            for (int i = 1; i < V; i++) {
+                v = s.xsrc[j] % V == i ? held[j][i] : v;
             }
-            continue;
-        }
-        /* only the column next to the edge is read by cells inside; where
-           the substitute lies outside e, this lane holds no cell inside */
-        if (g == -1 && i + 2 < V + 2) {
-            e[i] = mirror ? e[i + 2] : e[i + 1];
-        }
-        if (g == p.nx && i >= 2) {
-            e[i] = mirror ? e[i - 2] : e[i - 1];
+            a[j] = p.mode == CS_MODE_CONSTANT ? p.cval : v;
         }
     }
 }
 
-/* Kernel row k (0: the row above the output, 2: below) along x, added
-   to acc. */
-template <bool PLUS>
+/* The arriving row's neighbours along x: e[i] is column gx0 - R + i, so
+   e[R .. R + V - 1] are the lane's own and the R on either side come
+   from the next lanes by shuffles. */
+template <int V, int R>
+static __device__ __forceinline__ void
+neighbours(const double (&a)[V], double (&e)[V + 2 * R])
+{
+#pragma unroll
+    for (int i = 0; i < V + 2 * R; i++) {
+        const int c = i - R; /* column relative to gx0 */
+        if (c >= 0 && c < V) {
+            e[i] = a[c];
+        } else if (c < 0) {
+            const int up = (-c + V - 1) / V; /* lanes to the left */
+            e[i] = __shfl_up_sync(0xffffffffu, a[c + up * V], up);
+        } else {
+            const int down = c / V;
+            e[i] = __shfl_down_sync(0xffffffffu, a[c - down * V], down);
+        }
+    }
+}
+
+/* Kernel row k (0: the row R above the output, 2 R: R below) along x,
+   added to acc; e points at the output's leftmost neighbour.  PLUS: rows
+   other than the centre one hold their centre weight alone. */
+template <int R, bool PLUS>
 static __device__ __forceinline__ double
 row_filter(const tbs_params &p, int k, const double *e, double acc)
 {
-    if (PLUS && k != 1) {
-        return fma(p.w[3 * k + 1], e[1], acc);
+    constexpr int K = 2 * R + 1;
+    if (PLUS && k != R) {
+        return fma(p.w[k * K + R], e[R], acc);
     }
-    acc = fma(p.w[3 * k], e[0], acc);
-    acc = fma(p.w[3 * k + 1], e[1], acc);
-    return fma(p.w[3 * k + 2], e[2], acc);
+#pragma unroll
+    for (int d = 0; d < K; d++) {
+        acc = fma(p.w[k * K + d], e[d], acc);
+    }
+    return acc;
+}
+
+/* The levels' partial sums, carried from row to row: P[t][i] is level t's
+   output row rin - R + 1 + i (rin the row last arrived there), which has
+   the kernel rows above 2 R - 1 - i added. */
+template <int V, int R, int T>
+struct tbs_levels {
+    double P[T][2 * R][V];
+};
+
+/* Kernel row k of the arriving row (in e) added to output row `slot`
+   (-1: the row completed, in a; else P[slot]), a run-time index. */
+template <int V, int R, bool PLUS>
+static __device__ __forceinline__ void
+add_to_slot(const tbs_params &p, int k, ptrdiff_t slot, const double *e,
+            double (&a)[V], double (&P)[2 * R][V])
+{
+#pragma unroll
+    for (int s = -1; s < 2 * R; s++) {
+        if (slot == s) {
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                if (s < 0) {
+                    a[j] = row_filter<R, PLUS>(p, k, e + j, a[j]);
+                } else {
+                    P[s][j] = row_filter<R, PLUS>(p, k, e + j, P[s][j]);
+                }
+            }
+        }
+    }
+}
+
+/*
+ * Rows beyond the top and bottom edges (nearest, reflect, mirror) add
+ * nothing when they arrive; the row the mode maps one to adds, to the
+ * output rows inside that read it, the kernel rows they would have met
+ * there.  The row d beyond an edge (d = 1 .. R) maps to the row
+ * F_SCALE d + F_SHIFT inside it (nearest 0, reflect d - 1, mirror d),
+ * and is read by the R - d + 1 rows nearest the edge, all still partial
+ * (or complete, in a) when its image arrives.  With the mode a template
+ * argument, every slot below is a constant.
+ */
+template <int V, int R, bool PLUS, int F_SCALE, int F_SHIFT>
+static __device__ __forceinline__ void
+edge_rows(const tbs_params &p, ptrdiff_t rin, const double *e,
+          double (&a)[V], double (&P)[2 * R][V])
+{
+#pragma unroll
+    for (int d = 1; d <= R; d++) {
+        const int f = F_SCALE * d + F_SHIFT;
+        if (rin == f) { /* top: row -d, read by rows o = 0 .. R - d */
+#pragma unroll
+            for (int o = 0; o <= R - d; o++) {
+                add_to_slot<V, R, PLUS>(p, R - d - o, o - f + R - 1, e, a, P);
+            }
+        }
+        if (rin == p.ny - 1 - f) { /* bottom: row ny - 1 + d, read by
+                                      rows ny - 1 - o, o = 0 .. R - d */
+#pragma unroll
+            for (int o = 0; o <= R - d; o++) {
+                add_to_slot<V, R, PLUS>(p, R + d + o, R - 1 - o + f, e, a, P);
+            }
+        }
+    }
 }
 
 /*
  * One level: row `rin` of level t - 1 arrives in a; on return a holds
- * row rin - 1 of level t.  p1: the partial sum of output row rin - 1
- * (rows rin - 2 and rin - 1 added), p0: that of row rin (row rin - 1
- * added).  YEDGE: some level of this iteration meets a row at or beyond
- * an edge of the grid (not wrap).
+ * output row rin - R of level t, complete, and P the partial rows below
+ * it.  XEDGE: the strip meets a side edge (not wrap); YEDGE: some level
+ * of this iteration meets a row at or beyond the top or bottom edge
+ * (not wrap).  Rows beyond the edge read cval in constant mode; in the
+ * others see edge_rows.
  */
-template <int V, bool PLUS, bool XEDGE, bool YEDGE>
+template <int V, int R, bool PLUS, bool XEDGE, bool YEDGE>
 static __device__ __forceinline__ void
-level_step(const tbs_params &p, double (&a)[V], double (&p0)[V],
-           double (&p1)[V], ptrdiff_t rin, ptrdiff_t gx0)
+level_step(const tbs_params &p, const tbs_strip<V> &s, double (&a)[V],
+           double (&P)[2 * R][V], ptrdiff_t rin)
 {
     if (YEDGE && (rin < 0 || rin >= p.ny)) {
         if (p.mode == CS_MODE_CONSTANT) {
@@ -203,67 +296,60 @@ level_step(const tbs_params &p, double (&a)[V], double (&p0)[V],
         } else { /* adds nothing: the row it maps to adds for it */
 #pragma unroll
             for (int j = 0; j < V; j++) {
-                a[j] = p1[j];
-                p1[j] = p0[j];
-                p0[j] = 0.0;
+                a[j] = P[0][j];
+#pragma unroll
+                for (int i = 0; i + 1 < 2 * R; i++) {
+                    P[i][j] = P[i + 1][j];
+                }
+                P[2 * R - 1][j] = 0.0;
             }
             return;
         }
     }
-    double e[V + 2];
-    neighbours<V, XEDGE>(p, a, e, gx0);
+    if (XEDGE) {
+        edge_columns<V>(p, s, a);
+    }
+    double e[V + 2 * R];
+    neighbours<V, R>(a, e);
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        a[j] = row_filter<PLUS>(p, 2, e + j, p1[j]);
-        p1[j] = row_filter<PLUS>(p, 1, e + j, p0[j]);
-        p0[j] = row_filter<PLUS>(p, 0, e + j, 0.0);
+        a[j] = row_filter<R, PLUS>(p, 2 * R, e + j, P[0][j]);
+#pragma unroll
+        for (int i = 0; i + 1 < 2 * R; i++) {
+            P[i][j] = row_filter<R, PLUS>(p, 2 * R - 1 - i, e + j,
+                                          P[i + 1][j]);
+        }
+        P[2 * R - 1][j] = row_filter<R, PLUS>(p, 0, e + j, 0.0);
     }
-    if (!YEDGE || p.mode == CS_MODE_CONSTANT) {
+    if (!YEDGE) {
         return;
     }
-    /* row -1 is row 0 (nearest, reflect) or 1 (mirror); row ny is row
-       ny - 1 or ny - 2: that row also meets the kernel row that would
-       have read the outside row, on the edge row's sum */
-    const bool mirror = p.mode == CS_MODE_MIRROR;
-    if (rin == (mirror ? 1 : 0)) { /* output row 0: a (mirror) or p1 */
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            if (mirror) {
-                a[j] = row_filter<PLUS>(p, 0, e + j, a[j]);
-            } else {
-                p1[j] = row_filter<PLUS>(p, 0, e + j, p1[j]);
-            }
-        }
-    }
-    if (rin == p.ny - (mirror ? 2 : 1)) { /* row ny - 1: p0 (mirror), p1 */
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            if (mirror) {
-                p0[j] = row_filter<PLUS>(p, 2, e + j, p0[j]);
-            } else {
-                p1[j] = row_filter<PLUS>(p, 2, e + j, p1[j]);
-            }
-        }
+    switch (p.mode) {
+    case CS_MODE_NEAREST:
+        edge_rows<V, R, PLUS, 0, 0>(p, rin, e, a, P);
+        break;
+    case CS_MODE_REFLECT:
+        edge_rows<V, R, PLUS, 1, -1>(p, rin, e, a, P);
+        break;
+    case CS_MODE_MIRROR:
+        edge_rows<V, R, PLUS, 1, 0>(p, rin, e, a, P);
+        break;
+    default: /* constant: read cval above; wrap: no edge */
+        break;
     }
 }
 
-/* The levels' partial sums, carried from row to row. */
-template <int V, int T>
-struct tbs_levels {
-    double p0[T][V], p1[T][V];
-};
-
 /* Rows r0 .. r1 - 1 of level 0: each is read TS_RING - 1 rows ahead,
-   cascades through the T levels, and row r - T of level T is stored.
-   GENERAL_READ, XEDGE, YEDGE: as read_row and level_step say, for every
-   row of the range; XREAD: some column of the strip lies outside the grid
-   (not stored). */
-template <int V, int T, bool PLUS, bool FLAGS, bool XEDGE, bool XREAD,
-          bool YEDGE, bool GENERAL_READ, int U>
+   cascades through the T levels (level t meets row r - t R), and row
+   r - R T of level T is stored.  GENERAL_READ, XEDGE, YEDGE: as read_row
+   and level_step say, for every row of the range; XREAD: some column of
+   the strip lies outside the grid (not stored). */
+template <int V, int R, int T, bool PLUS, bool FLAGS, bool XEDGE,
+          bool XREAD, bool YEDGE, bool GENERAL_READ, int U>
 static __device__ __forceinline__ void
-stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
-            double *ring, int &slot, ptrdiff_t r0, ptrdiff_t r1,
-            ptrdiff_t last, unsigned &bad)
+stream_rows(const tbs_params &p, const tbs_strip<V> &s,
+            tbs_levels<V, R, T> &L, double *ring, int &slot, ptrdiff_t r0,
+            ptrdiff_t r1, ptrdiff_t last, unsigned &bad)
 {
     constexpr int SW = 32 * V;
 #pragma unroll U
@@ -290,10 +376,9 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
         slot = (slot + 1) % TS_RING;
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            level_step<V, PLUS, XEDGE, YEDGE>(p, a, L.p0[t], L.p1[t], r - t,
-                                              s.gx0);
+            level_step<V, R, PLUS, XEDGE, YEDGE>(p, s, a, L.P[t], r - t * R);
         }
-        const ptrdiff_t row = r - T; /* completed at level T */
+        const ptrdiff_t row = r - R * T; /* completed at level T */
         if (s.stores && row >= s.y0 && row < s.y1) {
             double *out = s.dst + row * p.out_pitch + s.gx0;
 #pragma unroll
@@ -312,19 +397,19 @@ stream_rows(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
 /* Rows first .. last of level 0: the plain rows [lo, hi) unrolled by U,
    the rows before and after them once each (YEDGE: with the edge tests,
    which wrap does not need). */
-template <int V, int T, bool PLUS, bool FLAGS, bool XEDGE, bool XREAD,
-          bool YEDGE, int U>
+template <int V, int R, int T, bool PLUS, bool FLAGS, bool XEDGE,
+          bool XREAD, bool YEDGE, int U>
 static __device__ __forceinline__ void
-stream_ranges(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
-              double *ring, ptrdiff_t first, ptrdiff_t lo, ptrdiff_t hi,
-              ptrdiff_t last, unsigned &bad)
+stream_ranges(const tbs_params &p, const tbs_strip<V> &s,
+              tbs_levels<V, R, T> &L, double *ring, ptrdiff_t first,
+              ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t last, unsigned &bad)
 {
     int slot = 0;
-    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
+    stream_rows<V, R, T, PLUS, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
         p, s, L, ring, slot, first, lo, last, bad);
-    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, false, XREAD, U>(
+    stream_rows<V, R, T, PLUS, FLAGS, XEDGE, XREAD, false, XREAD, U>(
         p, s, L, ring, slot, lo, hi, last, bad);
-    stream_rows<V, T, PLUS, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
+    stream_rows<V, R, T, PLUS, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
         p, s, L, ring, slot, hi, last + 1, last, bad);
 }
 
@@ -332,22 +417,24 @@ stream_ranges(const tbs_params &p, const tbs_strip &s, tbs_levels<V, T> &L,
    (or read from beyond them) with the edge tests, the rest without.
    XEDGE: as level_step says; XREAD: some column of the strip lies
    outside the grid (its reads are mapped). */
-template <int V, int T, bool PLUS, bool FLAGS, bool XEDGE, bool XREAD,
-          int U>
+template <int V, int R, int T, bool PLUS, bool FLAGS, bool XEDGE,
+          bool XREAD, int U>
 static __device__ __forceinline__ void
-stream_strip(const tbs_params &p, const tbs_strip &s, double *ring,
+stream_strip(const tbs_params &p, const tbs_strip<V> &s, double *ring,
              unsigned &bad)
 {
-    tbs_levels<V, T> L;
+    tbs_levels<V, R, T> L;
 #pragma unroll
     for (int t = 0; t < T; t++) {
 #pragma unroll
-        for (int j = 0; j < V; j++) {
-            L.p0[t][j] = 0.0;
-            L.p1[t][j] = 0.0;
+        for (int i = 0; i < 2 * R; i++) {
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                L.P[t][i][j] = 0.0;
+            }
         }
     }
-    const ptrdiff_t first = s.y0 - T, last = s.y1 - 1 + T;
+    const ptrdiff_t first = s.y0 - R * T, last = s.y1 - 1 + R * T;
 #pragma unroll
     for (int i = 0; i < TS_RING - 1; i++) {
         if (first + i <= last) {
@@ -356,28 +443,30 @@ stream_strip(const tbs_params &p, const tbs_strip &s, double *ring,
         cs_copy_commit();
     }
     /* plain rows [lo, hi): every level's row inside the grid and off the
-       edge rows (rin from r - T + 1 to r, in 2 .. ny - 3), and the row
-       read ahead inside too */
-    ptrdiff_t lo = T + 1 > first ? T + 1 : first;
+       rows the edge tests touch (rin from r - (T - 1) R to r, in R + 1 ..
+       ny - R - 2), and the row read ahead inside too */
+    ptrdiff_t lo = R * T + 1 > first ? R * T + 1 : first;
     lo = lo < last + 1 ? lo : last + 1;
-    ptrdiff_t hi = p.ny - TS_RING < last + 1 ? p.ny - TS_RING : last + 1;
+    ptrdiff_t hi = p.ny - (R + 1 > TS_RING - 1 ? R + 1 : TS_RING - 1);
+    hi = hi < last + 1 ? hi : last + 1;
     hi = hi > lo ? hi : lo;
     if (p.mode == CS_MODE_WRAP) { /* every row a real row: no edge tests */
-        stream_ranges<V, T, PLUS, FLAGS, XEDGE, XREAD, false, U>(
+        stream_ranges<V, R, T, PLUS, FLAGS, XEDGE, XREAD, false, U>(
             p, s, L, ring, first, lo, hi, last, bad);
     } else {
-        stream_ranges<V, T, PLUS, FLAGS, XEDGE, XREAD, true, U>(
+        stream_ranges<V, R, T, PLUS, FLAGS, XEDGE, XREAD, true, U>(
             p, s, L, ring, first, lo, hi, last, bad);
     }
 }
 
-template <int V, int T, bool PLUS, bool FLAGS>
-__global__ void __launch_bounds__(TS_WARPS * 32, TS_MIN_BLOCKS)
+template <int V, int R, int T, bool PLUS, bool FLAGS>
+__global__ void __launch_bounds__(TS_WARPS * 32, TS_MIN_BLOCKS(R, T))
 tbs_kernel(tbs_params p)
 {
     constexpr int SW = 32 * V;
-    constexpr int M = (T + V - 1) / V * V; /* margin, whole lanes */
+    constexpr int M = (R * T + V - 1) / V * V; /* margin, whole lanes */
     constexpr int OWN = SW - 2 * M;
+    static_assert(OWN > 0, "tb2d: margins wider than the strip");
     extern __shared__ double smem[];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const ptrdiff_t item = (ptrdiff_t)blockIdx.x * TS_WARPS + warp;
@@ -389,7 +478,7 @@ tbs_kernel(tbs_params p)
     const ptrdiff_t seg = (item / p.strips) % p.segs;
     const ptrdiff_t z = item / (p.strips * p.segs);
     const ptrdiff_t ox = strip_origin(strip, OWN, p.nx) - M;
-    tbs_strip s;
+    tbs_strip<V> s;
     s.src = p.in + z * p.in_plane;
     s.dst = p.out + z * p.out_plane;
     s.gx0 = ox + lane * V;
@@ -399,14 +488,21 @@ tbs_kernel(tbs_params p)
     unsigned bad = 0; /* bit 0: an input value, bit 1: a result value is
                          not finite (checked where the flags are given) */
     if (ox >= 0 && ox + SW <= p.nx) {
-        stream_strip<V, T, PLUS, FLAGS, false, false, TS_UNROLL>(p, s, ring,
-                                                                 bad);
+        stream_strip<V, R, T, PLUS, FLAGS, false, false, TS_UNROLL>(
+            p, s, ring, bad);
     } else if (p.mode == CS_MODE_WRAP) { /* columns read mapped, all real */
-        stream_strip<V, T, PLUS, FLAGS, false, true, TS_UNROLL>(p, s, ring,
-                                                                bad);
+        stream_strip<V, R, T, PLUS, FLAGS, false, true, TS_UNROLL>(
+            p, s, ring, bad);
     } else {
-        stream_strip<V, T, PLUS, FLAGS, true, true, TS_UNROLL>(p, s, ring,
-                                                               bad);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const ptrdiff_t g = s.gx0 + j;
+            const ptrdiff_t m = cs_extend_index(g, p.nx, p.mode) - ox;
+            s.xsrc[j] = g >= 0 && g < p.nx ? -1
+                        : (int)(m < 0 ? 0 : m < SW ? m : SW - 1);
+        }
+        stream_strip<V, R, T, PLUS, FLAGS, true, true, TS_UNROLL>(
+            p, s, ring, bad);
     }
     cs_copy_wait<0>();
     /* every writer writes 1: no ordering needed, and none in the common,
@@ -423,7 +519,7 @@ tbs_kernel(tbs_params p)
  * host
  * --------------------------------------------------------------------- */
 
-/* Segments per strip: each segment's 2T extra rows of reading weighed
+/* Segments per strip: each segment's 2 R T extra rows of reading weighed
    against the rounds of warps the launch takes, plus one.  The extra
    round is measured, not derived (h100_tb2d_segments.md): on the H100,
    heat2d at depth 8 on 10240^2 ran at 471 G stencils/s as 8 segments
@@ -432,7 +528,7 @@ tbs_kernel(tbs_params p)
    together stay in step, all loading and then all computing; later
    rounds start staggered and overlap the two. */
 static ptrdiff_t
-choose_segments(ptrdiff_t columns, ptrdiff_t ny, int depth,
+choose_segments(ptrdiff_t columns, ptrdiff_t ny, int halo_rows,
                 ptrdiff_t resident_warps)
 {
     ptrdiff_t best = 1;
@@ -441,7 +537,7 @@ choose_segments(ptrdiff_t columns, ptrdiff_t ny, int depth,
     for (ptrdiff_t s = 1; s <= top; s++) {
         const ptrdiff_t rows = CEIL_DIV(ny, s);
         const ptrdiff_t rounds = CEIL_DIV(columns * s, resident_warps);
-        const double cost = (double)(rounds + 1) * (double)(rows + 2 * depth);
+        const double cost = (double)(rounds + 1) * (double)(rows + 2 * halo_rows);
         if (s == 1 || cost < best_cost) {
             best = s;
             best_cost = cost;
@@ -474,19 +570,20 @@ env_segments(cs_cuda_ctx *ctx, ptrdiff_t ny, ptrdiff_t *segs)
     return CS_OK;
 }
 
-template <int T, bool PLUS, bool FLAGS>
+template <int R, int T, bool PLUS, bool FLAGS>
 static cs_status
 tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
 {
     constexpr int V = TS_V;
     constexpr int SW = 32 * V;
-    constexpr int M = (T + V - 1) / V * V;
+    constexpr int M = (R * T + V - 1) / V * V;
     constexpr int threads = TS_WARPS * 32;
     const size_t smem = (size_t)TS_WARPS * TS_RING * SW * sizeof(double);
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                      &per_sm, tbs_kernel<V, T, PLUS, FLAGS>, threads, smem),
+                      &per_sm, tbs_kernel<V, R, T, PLUS, FLAGS>, threads,
+                      smem),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor (tb2d)");
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1)
                                * TS_WARPS;
@@ -496,7 +593,7 @@ tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
         return st;
     }
     if (p->segs == 0) {
-        p->segs = choose_segments(p->strips * p->nz, p->ny, T, resident);
+        p->segs = choose_segments(p->strips * p->nz, p->ny, R * T, resident);
     }
     p->seg_rows = CEIL_DIV(p->ny, p->segs);
     p->items = p->strips * p->segs * p->nz;
@@ -507,32 +604,50 @@ tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
         return CS_ERR_INVALID;
     }
     const unsigned grid = (unsigned)blocks;
-    tbs_kernel<V, T, PLUS, FLAGS><<<grid, threads, smem, ctx->stream>>>(*p);
+    tbs_kernel<V, R, T, PLUS, FLAGS><<<grid, threads, smem, ctx->stream>>>(*p);
     return cs_cuda_check_launch(ctx, "tb2d kernel");
 }
 
-/* The instance for `depth` (1..8) and the kernel's shape. */
+/* The instance for the kernel's side, its shape and `depth` (1 to
+   cs_tb2d_max_depth's): 3 x 3 boxes and pluses, pluses of sides 5
+   and 7. */
 template <bool FLAGS>
 static cs_status
-tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int depth, int plus)
+tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int plus)
 {
+    if (side == 7) {
+        switch (depth) {
+        case 1: return tbs_launch<3, 1, true, FLAGS>(ctx, p);
+        case 2: return tbs_launch<3, 2, true, FLAGS>(ctx, p);
+        case 3: return tbs_launch<3, 3, true, FLAGS>(ctx, p);
+        default: return tbs_launch<3, 4, true, FLAGS>(ctx, p);
+        }
+    }
+    if (side == 5) {
+        switch (depth) {
+        case 1: return tbs_launch<2, 1, true, FLAGS>(ctx, p);
+        case 2: return tbs_launch<2, 2, true, FLAGS>(ctx, p);
+        case 3: return tbs_launch<2, 3, true, FLAGS>(ctx, p);
+        default: return tbs_launch<2, 4, true, FLAGS>(ctx, p);
+        }
+    }
     switch (depth * 2 + plus) {
-    case 2: return tbs_launch<1, false, FLAGS>(ctx, p);
-    case 3: return tbs_launch<1, true, FLAGS>(ctx, p);
-    case 4: return tbs_launch<2, false, FLAGS>(ctx, p);
-    case 5: return tbs_launch<2, true, FLAGS>(ctx, p);
-    case 6: return tbs_launch<3, false, FLAGS>(ctx, p);
-    case 7: return tbs_launch<3, true, FLAGS>(ctx, p);
-    case 8: return tbs_launch<4, false, FLAGS>(ctx, p);
-    case 9: return tbs_launch<4, true, FLAGS>(ctx, p);
-    case 10: return tbs_launch<5, false, FLAGS>(ctx, p);
-    case 11: return tbs_launch<5, true, FLAGS>(ctx, p);
-    case 12: return tbs_launch<6, false, FLAGS>(ctx, p);
-    case 13: return tbs_launch<6, true, FLAGS>(ctx, p);
-    case 14: return tbs_launch<7, false, FLAGS>(ctx, p);
-    case 15: return tbs_launch<7, true, FLAGS>(ctx, p);
-    case 16: return tbs_launch<8, false, FLAGS>(ctx, p);
-    default: return tbs_launch<8, true, FLAGS>(ctx, p);
+    case 2: return tbs_launch<1, 1, false, FLAGS>(ctx, p);
+    case 3: return tbs_launch<1, 1, true, FLAGS>(ctx, p);
+    case 4: return tbs_launch<1, 2, false, FLAGS>(ctx, p);
+    case 5: return tbs_launch<1, 2, true, FLAGS>(ctx, p);
+    case 6: return tbs_launch<1, 3, false, FLAGS>(ctx, p);
+    case 7: return tbs_launch<1, 3, true, FLAGS>(ctx, p);
+    case 8: return tbs_launch<1, 4, false, FLAGS>(ctx, p);
+    case 9: return tbs_launch<1, 4, true, FLAGS>(ctx, p);
+    case 10: return tbs_launch<1, 5, false, FLAGS>(ctx, p);
+    case 11: return tbs_launch<1, 5, true, FLAGS>(ctx, p);
+    case 12: return tbs_launch<1, 6, false, FLAGS>(ctx, p);
+    case 13: return tbs_launch<1, 6, true, FLAGS>(ctx, p);
+    case 14: return tbs_launch<1, 7, false, FLAGS>(ctx, p);
+    case 15: return tbs_launch<1, 7, true, FLAGS>(ctx, p);
+    case 16: return tbs_launch<1, 8, false, FLAGS>(ctx, p);
+    default: return tbs_launch<1, 8, true, FLAGS>(ctx, p);
     }
 }
 
@@ -541,10 +656,11 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
                   int *in_flag, int *out_flag)
 {
+    const int side = k->size[2];
     int ok = in->origin != NULL && out->origin != NULL
              && in->origin != out->origin && k->host_weights != NULL
-             && k->size[0] == 1 && k->size[1] == 3 && k->size[2] == 3
-             && depth >= 1 && depth <= CS_TB2D_MAX_DEPTH && ctx->sms > 0;
+             && depth >= 1 && ctx->sms > 0
+             && depth <= cs_tb2d_max_depth(k->size, k->host_weights);
     for (int a = 0; a < 3 && ok; a++) {
         ok = in->n[a] == out->n[a] && in->n[a] >= 1;
     }
@@ -562,11 +678,11 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.cval = cval;
     p.in_flag = in_flag;
     p.out_flag = out_flag;
-    memcpy(p.w, k->host_weights, sizeof(p.w));
-    const int plus = cs_taps_plus(3, p.w);
+    memcpy(p.w, k->host_weights, sizeof(double) * side * side);
+    const int plus = cs_taps_plus(side, p.w);
     /* the checks cost about 5% of the kernel's rate (H100, heat2d at
        depth 8): passes that need no flag run without them */
     return in_flag != NULL || out_flag != NULL
-               ? tbs_dispatch<true>(ctx, &p, depth, plus)
-               : tbs_dispatch<false>(ctx, &p, depth, plus);
+               ? tbs_dispatch<true>(ctx, &p, side, depth, plus)
+               : tbs_dispatch<false>(ctx, &p, side, depth, plus);
 }

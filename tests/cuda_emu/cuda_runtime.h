@@ -157,6 +157,7 @@ void cs_emu_dmma_16x8x4(double (&d)[4], double a0, double a1, double b0);
 // full mask), as the engine's kernels do
 double __shfl_up_sync(unsigned mask, double v, unsigned delta);
 double __shfl_down_sync(unsigned mask, double v, unsigned delta);
+double __shfl_sync(unsigned mask, double v, int src_lane);
 double *cs_emu_dynamic_smem(void);
 
 // ---- launches and function attributes --------------------------------

@@ -180,6 +180,10 @@ double __shfl_down_sync(unsigned mask, double v, unsigned delta) {
     if (mask != 0xffffffffu) abort();
     return shuffle(v, (int)(threadIdx.x % 32) + (int)delta);
 }
+double __shfl_sync(unsigned mask, double v, int src_lane) {
+    if (mask != 0xffffffffu) abort();
+    return shuffle(v, src_lane & 31);  // the lane modulo the warp, as there
+}
 int cs_emu_occupancy(void) {
     const char *s = getenv("EMU_OCCUPANCY");
     return s ? atoi(s) : 3;

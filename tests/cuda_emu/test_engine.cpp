@@ -642,15 +642,22 @@ static void expect_device_selection(cs_status none) {
     }
 }
 
-// tb2d (cuda-core path, planar 3 x 3): every mode, passes of 8 and a
-// tail pass of every depth, strips moved back at the far edges, edges
-// inside a lane (widths odd), several planes and segments.
+// tb2d (cuda-core path, planar 3 x 3 and pluses of sides 5 and 7):
+// every mode, passes of the most steps and a tail pass of every depth,
+// strips moved back at the far edges, edges inside a lane (widths odd),
+// grids narrower than a strip, several planes and segments.
 static void tb2d_cases(bool quick) {
     const cs_cuda_path CC = CS_CUDA_PATH_CUDA_CORE;
     Kern heat2d = make_kernel("heat2d", 2, 1, 3, 3, true);
     Kern r33 = make_kernel("r3x3", 2, 1, 3, 3, false, true);
+    Kern p5 = make_kernel("plus5", 2, 1, 5, 5, true, true);
+    Kern p7 = make_kernel("plus7", 2, 1, 7, 7, true, true);
     for (int m = 0; m < CS_MODE_COUNT; m++) {
         cs_mode mode = (cs_mode)m;
+        run_case(p7, 1, 40, 90, mode, 0.5, 9, CC, false, "cuda-core", 4);
+        run_case(p7, 1, 16, 17, mode, -1.5, 3, CC, false, "cuda-core", 3);
+        run_case(p5, 2, 23, 45, mode, 0.25, 7, CC, false, "cuda-core", 4);
+        device_array_case(p7, 1, 33, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 6, CC, 0, 0);
         run_case(heat2d, 1, 70, 150, mode, 0.5, 11, CC, false, "cuda-core", 8);
         run_case(r33, 2, 17, 16, mode, -1.5, 5, CC, false, "cuda-core", 5);
         run_case(r33, 1, 19, 23, mode, 0.25, 7, CC, false, "cuda-core", 7);
@@ -665,6 +672,8 @@ static void tb2d_cases(bool quick) {
         if (quick) continue;
         run_case(heat2d, 1, 41, 131, mode, -0.5, 19, CC, false, "cuda-core", 8);
         run_case(r33, 3, 16, 117, mode, 2.0, 3, CC, false, "cuda-core", 3);
+        run_case(p7, 2, 57, 131, mode, 0.75, 11, CC, false, "cuda-core", 4);
+        run_case(p5, 1, 16, 16, mode, 1.0, 13, CC, false, "cuda-core", 4);
     }
 }
 
@@ -788,7 +797,7 @@ int main(int argc, char **argv) {
         cs_mode mode = (cs_mode)m;
         run_case(heat1d, 1, 1, 1000, mode, 0.5, 3, CC, false, "cuda-core", 1);
         run_case(heat3d, 9, 12, 40, mode, 0.5, 2, CC, false, "cuda-core", 2);
-        run_case(star13, 1, 70, 300, mode, 0.5, 2, CC, false, "cuda-core", 1);
+        run_case(star13, 1, 15, 300, mode, 0.5, 2, CC, false, "cuda-core", 1);  // cc2d: under tb2d's 16 rows
         if (quick) continue;
         run_case(p1d5, 1, 1, 300, mode, -1.0, 2, CC);
         run_case(box27, 6, 35, 33, mode, 0.0, 2, CC);
