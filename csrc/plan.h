@@ -54,10 +54,11 @@ cs_cc2d_taps(const int size[3], const double *weights);
 
 /*
  * The most steps per pass tb2d runs of one plane of k x k weights (size
- * {1, k, k}): CS_TB2D_MAX_DEPTH for k = 3, 4 for a plus of side 5 or 7
- * (their margins, k - 1 columns per step, and the partial rows each
- * step keeps in registers: deeper ones spill); 0 when tb2d does not run
- * the kernel (other extents, a box of side 5 or 7).
+ * {1, k, k}): CS_TB2D_MAX_DEPTH for k = 3, 4 for a plus of side 5 and
+ * 3 of side 7 (their margins, k - 1 columns per step, and the partial
+ * rows each step keeps in registers: deeper ones spill, and star2d13p ran
+ * slower at 4, h100_2d_tb2d_depth.md); 0 when tb2d does not run the
+ * kernel (other extents, a box of side 5 or 7).
  */
 int
 cs_tb2d_max_depth(const int size[3], const double *weights);

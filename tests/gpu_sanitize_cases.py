@@ -109,7 +109,7 @@ def main():
         for mode in MODES:
             ok &= check(grid, w, 2, mode, "cuda-core")
     # tb2d: planar 3 x 3 kernels and pluses of sides 5 and 7 on CUDA
-    # cores, T steps per trip to memory (depth 8 or 4, then a tail
+    # cores, T steps per trip to memory (depth 8, 4 or 3, then a tail
     # pass), tiles past every edge and several tiles per row and column,
     # every mode
     plus5 = np.zeros((5, 5))

@@ -654,7 +654,7 @@ static void tb2d_cases(bool quick) {
     Kern p7 = make_kernel("plus7", 2, 1, 7, 7, true, true);
     for (int m = 0; m < CS_MODE_COUNT; m++) {
         cs_mode mode = (cs_mode)m;
-        run_case(p7, 1, 40, 90, mode, 0.5, 9, CC, false, "cuda-core", 4);
+        run_case(p7, 1, 40, 90, mode, 0.5, 9, CC, false, "cuda-core", 3);
         run_case(p7, 1, 16, 17, mode, -1.5, 3, CC, false, "cuda-core", 3);
         run_case(p5, 2, 23, 45, mode, 0.25, 7, CC, false, "cuda-core", 4);
         device_array_case(p7, 1, 33, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 6, CC, 0, 0);
@@ -672,7 +672,7 @@ static void tb2d_cases(bool quick) {
         if (quick) continue;
         run_case(heat2d, 1, 41, 131, mode, -0.5, 19, CC, false, "cuda-core", 8);
         run_case(r33, 3, 16, 117, mode, 2.0, 3, CC, false, "cuda-core", 3);
-        run_case(p7, 2, 57, 131, mode, 0.75, 11, CC, false, "cuda-core", 4);
+        run_case(p7, 2, 57, 131, mode, 0.75, 11, CC, false, "cuda-core", 3);
         run_case(p5, 1, 16, 16, mode, 1.0, 13, CC, false, "cuda-core", 4);
     }
 }

@@ -1,0 +1,13 @@
+/*
+ * tb2d_plus.cu -- tb2d's instances for pluses of side 5 (1 to 4 steps per pass) and 7 (1 to 3)
+ * (tb2d.cuh says why they are split).
+ */
+#include "tb2d_kernel.cuh"
+
+TBS_INSTANCES(2, 1, true);
+TBS_INSTANCES(2, 2, true);
+TBS_INSTANCES(2, 3, true);
+TBS_INSTANCES(2, 4, true);
+TBS_INSTANCES(3, 1, true);
+TBS_INSTANCES(3, 2, true);
+TBS_INSTANCES(3, 3, true);
