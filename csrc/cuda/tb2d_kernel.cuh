@@ -122,25 +122,27 @@ template <int V>
 static __device__ __forceinline__ void
 edge_columns(const tbs_params &p, const tbs_strip<V> &s, double (&a)[V])
 {
-    double held[V][V]; /* held[j][i]: column i of the lane column j maps to */
+    if (p.mode == CS_MODE_CONSTANT) {
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            a[j] = s.xsrc[j] >= 0 ? p.cval : a[j];
+        }
+        return;
+    }
+    double b[V]; /* every lane's a as it was: the shuffles read it */
 #pragma unroll
     for (int j = 0; j < V; j++) {
         const int src = s.xsrc[j] < 0 ? 0 : s.xsrc[j];
+        b[j] = a[j];
 #pragma unroll
         for (int i = 0; i < V; i++) {
-            held[j][i] = __shfl_sync(0xffffffffu, a[i], src / V);
+            const double h = __shfl_sync(0xffffffffu, a[i], src / V);
+            b[j] = s.xsrc[j] >= 0 && src % V == i ? h : b[j];
         }
     }
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        if (s.xsrc[j] >= 0) {
-            double v = held[j][0];
-#pragma unroll
-            for (int i = 1; i < V; i++) {
-                v = s.xsrc[j] % V == i ? held[j][i] : v;
-            }
-            a[j] = p.mode == CS_MODE_CONSTANT ? p.cval : v;
-        }
+        a[j] = b[j];
     }
 }
 
@@ -433,6 +435,42 @@ stream_strip(const tbs_params &p, const tbs_strip<V> &s, double *ring,
     }
 }
 
+/* A warp's strip, segment and plane.  The first and last strips of every
+   segment and plane go first: their columns beyond the side edges cost
+   more per level (edge_columns), and started first they end within the
+   interior strips' rounds instead of after the last one (H100, depth 8
+   on 10240^2: heat2d 986 G stencils/s, box2d9p 679, against 886 and 634
+   for the kernel before, which launched the strips in order;
+   h100_tb2d_edge_order.md). */
+static __device__ __forceinline__ void
+item_place(const tbs_params &p, ptrdiff_t item, ptrdiff_t *strip,
+           ptrdiff_t *seg, ptrdiff_t *z)
+{
+    const ptrdiff_t edges = p.strips > 1 ? 2 : 1;
+    const ptrdiff_t lead = edges * p.segs * p.nz;
+    ptrdiff_t rest;
+    if (item < lead) {
+        *strip = item % edges == 0 ? 0 : p.strips - 1;
+        rest = item / edges;
+    } else {
+        const ptrdiff_t inner = p.strips - edges;
+        *strip = 1 + (item - lead) % inner;
+        rest = (item - lead) / inner;
+    }
+    *seg = rest % p.segs;
+    *z = rest / p.segs;
+}
+
+/* Rows per turn of the row loop: two for radius 1 (one row's later levels
+   overlap the next row's first ones), one for the wider pluses (their
+   2 R partial rows per level leave no registers for two: star2d13p at
+   depth 3 ran at 283 G stencils/s with one, 278 with two). */
+static constexpr __host__ __device__ int
+tbs_unroll(int radius)
+{
+    return radius == 1 ? TS_UNROLL : 1;
+}
+
 template <int V, int R, int T, bool PLUS, bool FLAGS>
 __global__ void __launch_bounds__(TS_WARPS * 32, TS_MIN_BLOCKS)
 tbs_kernel(tbs_params p)
@@ -448,9 +486,8 @@ tbs_kernel(tbs_params p)
         return; /* the whole warp: nothing below waits on other warps */
     }
     double *ring = smem + (warp * TS_RING * SW + lane * V);
-    const ptrdiff_t strip = item % p.strips;
-    const ptrdiff_t seg = (item / p.strips) % p.segs;
-    const ptrdiff_t z = item / (p.strips * p.segs);
+    ptrdiff_t strip, seg, z;
+    item_place(p, item, &strip, &seg, &z);
     const ptrdiff_t ox = strip_origin(strip, OWN, p.nx) - M;
     tbs_strip<V> s;
     s.src = p.in + z * p.in_plane;
@@ -462,10 +499,10 @@ tbs_kernel(tbs_params p)
     unsigned bad = 0; /* bit 0: an input value, bit 1: a result value is
                          not finite (checked where the flags are given) */
     if (ox >= 0 && ox + SW <= p.nx) {
-        stream_strip<V, R, T, PLUS, FLAGS, false, false, TS_UNROLL>(
+        stream_strip<V, R, T, PLUS, FLAGS, false, false, tbs_unroll(R)>(
             p, s, ring, bad);
     } else if (p.mode == CS_MODE_WRAP) { /* columns read mapped, all real */
-        stream_strip<V, R, T, PLUS, FLAGS, false, true, TS_UNROLL>(
+        stream_strip<V, R, T, PLUS, FLAGS, false, true, tbs_unroll(R)>(
             p, s, ring, bad);
     } else {
 #pragma unroll
@@ -475,7 +512,7 @@ tbs_kernel(tbs_params p)
             s.xsrc[j] = g >= 0 && g < p.nx ? -1
                         : (int)(m < 0 ? 0 : m < SW ? m : SW - 1);
         }
-        stream_strip<V, R, T, PLUS, FLAGS, true, true, TS_UNROLL>(
+        stream_strip<V, R, T, PLUS, FLAGS, true, true, tbs_unroll(R)>(
             p, s, ring, bad);
     }
     cs_copy_wait<0>();
