@@ -96,15 +96,15 @@ TB2D_MAX_SEGMENTS = 4096
 # The step loop is bound by instruction issue: per cell and level, the
 # multiply-adds plus TB2D_OVERHEAD_OPS others (shuffles of the neighbour
 # columns, the ring's loads, moves), at TB2D_FP64_FRACTION of the FP64
-# peak in those units.  Fitted to depth 8 on 10240^2 and 10000 x 10007
-# (h100_2d_tb2d.md, commit 1a6d56b): heat2d (5 multiply-adds) 871 and
-# box2d9p (9) 640 G stencils/s give 6.25 other operations and 16.2 T
-# cell-operations/s; every record of that run within 2%.
-TB2D_OVERHEAD_OPS = 6.25
-TB2D_FP64_FRACTION = 0.955
-# A wider kernel (radius r) takes r neighbour columns from either side:
-# one more shuffle per cell and side for each radius past the first.
-TB2D_SHUFFLE_OPS = 1.0
+# peak in those units; a wider kernel (radius r) takes r neighbour
+# columns from either side and keeps 2 r partial rows: TB2D_SHUFFLE_OPS
+# more per cell for each radius past the first.  Fitted to the step loops
+# of h100_tb2d_edge_order.md (the kernel of commit b702181, 10240^2):
+# heat2d (5 multiply-adds) 990 and box2d9p (9) 683 G stencils/s at depth
+# 8 give the first two, star2d13p (13, radius 3) 318 at depth 3 the third.
+TB2D_OVERHEAD_OPS = 3.9
+TB2D_FP64_FRACTION = 0.858
+TB2D_SHUFFLE_OPS = 4.26
 
 # tc2d's tile (csrc/cuda/tc2d.cu, also tc3d's: 32 rows x 128 columns).
 TC_TILE_ROWS = 32
