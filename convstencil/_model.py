@@ -261,8 +261,11 @@ def _tb2d_pass(w, shape, depth, rates):
     idle = (rounds + 1) * resident / items
     redundancy = (float(TB2D_STRIP * strips * (rows + 2 * halo) * segs)
                   / (nx * ny))
-    plus = kernel_taps(w.reshape(side, side))["plus"]
-    macs = 4 * radius + 1 if plus else side * side
+    # a plus: its centre row and 2 r centre weights; an outer product
+    # (3 x 3 only): one row filter, then a weight per output row
+    taps = kernel_taps(w.reshape(side, side))
+    macs = (4 * radius + 1 if taps["plus"]
+            else 2 * side if taps["cc2d"] == "rank1" else side * side)
     useful = 2.0 * np.count_nonzero(w) * depth
     executed = 2.0 * macs * depth * redundancy
     bytes_ = 8.0 * (TB2D_STRIP * strips * (rows + 2 * halo) * segs

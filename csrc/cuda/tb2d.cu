@@ -85,45 +85,55 @@ cs_tb2d_layout(cs_cuda_ctx *ctx, tbs_params *p, ptrdiff_t own, int halo_rows,
     return CS_OK;
 }
 
-/* The instance for the kernel's side, its shape and `depth` (1 to
-   cs_tb2d_max_depth's): 3 x 3 boxes and pluses, pluses of sides 5
-   and 7 (tb2d_3x3.cu, tb2d_3x3_deep.cu, tb2d_plus.cu). */
+/* The instance for the kernel's side, tap set and `depth` (1 to
+   cs_tb2d_max_depth's): 3 x 3 boxes, pluses and outer products
+   (tb2d_3x3.cu, tb2d_3x3_deep.cu, tb2d_rank1.cu), pluses of sides 5 and
+   7 (tb2d_plus.cu). */
 template <bool FLAGS>
 static cs_status
-tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int plus)
+tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int shape)
 {
+    constexpr int B = CS_CC2D_BOX, P = CS_CC2D_PLUS, O = CS_CC2D_RANK1;
     if (side == 7) {
         switch (depth) {
-        case 1: return tbs_launch<3, 1, true, FLAGS>(ctx, p);
-        case 2: return tbs_launch<3, 2, true, FLAGS>(ctx, p);
-        default: return tbs_launch<3, 3, true, FLAGS>(ctx, p);
+        case 1: return tbs_launch<3, 1, P, FLAGS>(ctx, p);
+        case 2: return tbs_launch<3, 2, P, FLAGS>(ctx, p);
+        default: return tbs_launch<3, 3, P, FLAGS>(ctx, p);
         }
     }
     if (side == 5) {
         switch (depth) {
-        case 1: return tbs_launch<2, 1, true, FLAGS>(ctx, p);
-        case 2: return tbs_launch<2, 2, true, FLAGS>(ctx, p);
-        case 3: return tbs_launch<2, 3, true, FLAGS>(ctx, p);
-        default: return tbs_launch<2, 4, true, FLAGS>(ctx, p);
+        case 1: return tbs_launch<2, 1, P, FLAGS>(ctx, p);
+        case 2: return tbs_launch<2, 2, P, FLAGS>(ctx, p);
+        case 3: return tbs_launch<2, 3, P, FLAGS>(ctx, p);
+        default: return tbs_launch<2, 4, P, FLAGS>(ctx, p);
         }
     }
-    switch (depth * 2 + plus) {
-    case 2: return tbs_launch<1, 1, false, FLAGS>(ctx, p);
-    case 3: return tbs_launch<1, 1, true, FLAGS>(ctx, p);
-    case 4: return tbs_launch<1, 2, false, FLAGS>(ctx, p);
-    case 5: return tbs_launch<1, 2, true, FLAGS>(ctx, p);
-    case 6: return tbs_launch<1, 3, false, FLAGS>(ctx, p);
-    case 7: return tbs_launch<1, 3, true, FLAGS>(ctx, p);
-    case 8: return tbs_launch<1, 4, false, FLAGS>(ctx, p);
-    case 9: return tbs_launch<1, 4, true, FLAGS>(ctx, p);
-    case 10: return tbs_launch<1, 5, false, FLAGS>(ctx, p);
-    case 11: return tbs_launch<1, 5, true, FLAGS>(ctx, p);
-    case 12: return tbs_launch<1, 6, false, FLAGS>(ctx, p);
-    case 13: return tbs_launch<1, 6, true, FLAGS>(ctx, p);
-    case 14: return tbs_launch<1, 7, false, FLAGS>(ctx, p);
-    case 15: return tbs_launch<1, 7, true, FLAGS>(ctx, p);
-    case 16: return tbs_launch<1, 8, false, FLAGS>(ctx, p);
-    default: return tbs_launch<1, 8, true, FLAGS>(ctx, p);
+    switch (depth * 3 + shape) {
+    case 3 + B: return tbs_launch<1, 1, B, FLAGS>(ctx, p);
+    case 3 + P: return tbs_launch<1, 1, P, FLAGS>(ctx, p);
+    case 3 + O: return tbs_launch<1, 1, O, FLAGS>(ctx, p);
+    case 6 + B: return tbs_launch<1, 2, B, FLAGS>(ctx, p);
+    case 6 + P: return tbs_launch<1, 2, P, FLAGS>(ctx, p);
+    case 6 + O: return tbs_launch<1, 2, O, FLAGS>(ctx, p);
+    case 9 + B: return tbs_launch<1, 3, B, FLAGS>(ctx, p);
+    case 9 + P: return tbs_launch<1, 3, P, FLAGS>(ctx, p);
+    case 9 + O: return tbs_launch<1, 3, O, FLAGS>(ctx, p);
+    case 12 + B: return tbs_launch<1, 4, B, FLAGS>(ctx, p);
+    case 12 + P: return tbs_launch<1, 4, P, FLAGS>(ctx, p);
+    case 12 + O: return tbs_launch<1, 4, O, FLAGS>(ctx, p);
+    case 15 + B: return tbs_launch<1, 5, B, FLAGS>(ctx, p);
+    case 15 + P: return tbs_launch<1, 5, P, FLAGS>(ctx, p);
+    case 15 + O: return tbs_launch<1, 5, O, FLAGS>(ctx, p);
+    case 18 + B: return tbs_launch<1, 6, B, FLAGS>(ctx, p);
+    case 18 + P: return tbs_launch<1, 6, P, FLAGS>(ctx, p);
+    case 18 + O: return tbs_launch<1, 6, O, FLAGS>(ctx, p);
+    case 21 + B: return tbs_launch<1, 7, B, FLAGS>(ctx, p);
+    case 21 + P: return tbs_launch<1, 7, P, FLAGS>(ctx, p);
+    case 21 + O: return tbs_launch<1, 7, O, FLAGS>(ctx, p);
+    case 24 + B: return tbs_launch<1, 8, B, FLAGS>(ctx, p);
+    case 24 + P: return tbs_launch<1, 8, P, FLAGS>(ctx, p);
+    default: return tbs_launch<1, 8, O, FLAGS>(ctx, p);
     }
 }
 
@@ -155,10 +165,18 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.in_flag = in_flag;
     p.out_flag = out_flag;
     memcpy(p.w, k->host_weights, sizeof(double) * side * side);
-    const int plus = cs_taps_plus(side, p.w);
+    /* a 3 x 3 outer product filters each row once (6 multiply-adds a
+       cell, not 9); the planner takes tb2d only for pluses at sides 5
+       and 7 */
+    const int shape = side == 3 ? cs_cc2d_taps(k->size, p.w) : CS_CC2D_PLUS;
+    if (shape == CS_CC2D_RANK1
+        && !cs_outer_factors(side, side, p.w, p.col, p.row)) {
+        cs_cuda_message(ctx, "cs_cuda_tb2d_pass: no outer factors");
+        return CS_ERR_INVALID;
+    }
     /* the checks cost about 5% of the kernel's rate (H100, heat2d at
        depth 8): passes that need no flag run without them */
     return in_flag != NULL || out_flag != NULL
-               ? tbs_dispatch<true>(ctx, &p, side, depth, plus)
-               : tbs_dispatch<false>(ctx, &p, side, depth, plus);
+               ? tbs_dispatch<true>(ctx, &p, side, depth, shape)
+               : tbs_dispatch<false>(ctx, &p, side, depth, shape);
 }

@@ -2,9 +2,9 @@
  * tb2d.cuh -- what tb2d.cu (the host side of tb2d) and the files that
  * instantiate its kernels share: the launch shape, the parameters, the
  * launch template and the strip layout.  The method is in
- * tb2d_kernel.cuh; the instances are compiled in three files
- * (tb2d_3x3.cu, tb2d_3x3_deep.cu, tb2d_plus.cu) so that nvcc builds them
- * in parallel.
+ * tb2d_kernel.cuh; the instances are compiled in four files
+ * (tb2d_3x3.cu, tb2d_3x3_deep.cu, tb2d_rank1.cu, tb2d_plus.cu) so that
+ * nvcc builds them in parallel.
  */
 #ifndef CS_TB2D_CUH
 #define CS_TB2D_CUH
@@ -28,6 +28,8 @@ typedef struct tbs_params {
     cs_mode mode;
     double cval;
     double w[TS_MAX_SIDE * TS_MAX_SIDE]; /* side x side, row-major */
+    double col[TS_MAX_SIDE], row[TS_MAX_SIDE]; /* an outer product's
+                                                  factors (w = col row) */
     int *in_flag;  /* non-NULL: set to 1 if the input holds a value that
                       is not finite (a pass reading the caller's array) */
     int *out_flag; /* the same for the result (a pass writing it) */
@@ -41,17 +43,18 @@ cs_status
 cs_tb2d_layout(cs_cuda_ctx *ctx, tbs_params *p, ptrdiff_t own, int halo_rows,
                ptrdiff_t resident_warps, unsigned *blocks);
 
-/* One pass of `T` steps of a kernel of radius `R` (PLUS: a plus); FLAGS:
-   the pass notes non-finite values (p's flags). */
-template <int R, int T, bool PLUS, bool FLAGS>
+/* One pass of `T` steps of a kernel of radius `R` and tap set SHAPE
+   (cs_cc2d_taps's: a box, a plus, an outer product); FLAGS: the pass
+   notes non-finite values (p's flags). */
+template <int R, int T, int SHAPE, bool FLAGS>
 cs_status
 tbs_launch(cs_cuda_ctx *ctx, tbs_params *p);
 
 /* The instances a file compiles, with and without the checks. */
-#define TBS_INSTANCES(R, T, PLUS)                                            \
-    template cs_status tbs_launch<R, T, PLUS, false>(cs_cuda_ctx *,         \
-                                                     tbs_params *);         \
-    template cs_status tbs_launch<R, T, PLUS, true>(cs_cuda_ctx *,          \
-                                                    tbs_params *)
+#define TBS_INSTANCES(R, T, SHAPE)                                           \
+    template cs_status tbs_launch<R, T, SHAPE, false>(cs_cuda_ctx *,        \
+                                                      tbs_params *);        \
+    template cs_status tbs_launch<R, T, SHAPE, true>(cs_cuda_ctx *,         \
+                                                     tbs_params *)
 
 #endif

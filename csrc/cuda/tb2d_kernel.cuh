@@ -168,16 +168,35 @@ neighbours(const double (&a)[V], double (&e)[V + 2 * R])
     }
 }
 
+/* An outer product's row filter (its `row` factor along x) at the
+   output whose leftmost neighbour e points at. */
+template <int R>
+static __device__ __forceinline__ double
+outer_row(const tbs_params &p, const double *e)
+{
+    double h = p.row[0] * e[0];
+#pragma unroll
+    for (int d = 1; d < 2 * R + 1; d++) {
+        h = fma(p.row[d], e[d], h);
+    }
+    return h;
+}
+
 /* Kernel row k (0: the row R above the output, 2 R: R below) along x,
-   added to acc; e points at the output's leftmost neighbour.  PLUS: rows
-   other than the centre one hold their centre weight alone. */
-template <int R, bool PLUS>
+   added to acc; e points at the output's leftmost neighbour.  SHAPE
+   (cs_cc2d_taps's): a plus's rows other than the centre one hold their
+   centre weight alone; an outer product's row k is col[k] times the one
+   row filter. */
+template <int R, int SHAPE>
 static __device__ __forceinline__ double
 row_filter(const tbs_params &p, int k, const double *e, double acc)
 {
     constexpr int K = 2 * R + 1;
-    if (PLUS && k != R) {
+    if (SHAPE == CS_CC2D_PLUS && k != R) {
         return fma(p.w[k * K + R], e[R], acc);
+    }
+    if (SHAPE == CS_CC2D_RANK1) {
+        return fma(p.col[k], outer_row<R>(p, e), acc);
     }
 #pragma unroll
     for (int d = 0; d < K; d++) {
@@ -196,7 +215,7 @@ struct tbs_levels {
 
 /* Kernel row k of the arriving row (in e) added to output row `slot`
    (-1: the row completed, in a; else P[slot]), a run-time index. */
-template <int V, int R, bool PLUS>
+template <int V, int R, int SHAPE>
 static __device__ __forceinline__ void
 add_to_slot(const tbs_params &p, int k, ptrdiff_t slot, const double *e,
             double (&a)[V], double (&P)[2 * R][V])
@@ -207,9 +226,9 @@ add_to_slot(const tbs_params &p, int k, ptrdiff_t slot, const double *e,
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 if (s < 0) {
-                    a[j] = row_filter<R, PLUS>(p, k, e + j, a[j]);
+                    a[j] = row_filter<R, SHAPE>(p, k, e + j, a[j]);
                 } else {
-                    P[s][j] = row_filter<R, PLUS>(p, k, e + j, P[s][j]);
+                    P[s][j] = row_filter<R, SHAPE>(p, k, e + j, P[s][j]);
                 }
             }
         }
@@ -226,7 +245,7 @@ add_to_slot(const tbs_params &p, int k, ptrdiff_t slot, const double *e,
  * (or complete, in a) when its image arrives.  With the mode a template
  * argument, every slot below is a constant.
  */
-template <int V, int R, bool PLUS, int F_SCALE, int F_SHIFT>
+template <int V, int R, int SHAPE, int F_SCALE, int F_SHIFT>
 static __device__ __forceinline__ void
 edge_rows(const tbs_params &p, ptrdiff_t rin, const double *e,
           double (&a)[V], double (&P)[2 * R][V])
@@ -237,14 +256,14 @@ edge_rows(const tbs_params &p, ptrdiff_t rin, const double *e,
         if (rin == f) { /* top: row -d, read by rows o = 0 .. R - d */
 #pragma unroll
             for (int o = 0; o <= R - d; o++) {
-                add_to_slot<V, R, PLUS>(p, R - d - o, o - f + R - 1, e, a, P);
+                add_to_slot<V, R, SHAPE>(p, R - d - o, o - f + R - 1, e, a, P);
             }
         }
         if (rin == p.ny - 1 - f) { /* bottom: row ny - 1 + d, read by
                                       rows ny - 1 - o, o = 0 .. R - d */
 #pragma unroll
             for (int o = 0; o <= R - d; o++) {
-                add_to_slot<V, R, PLUS>(p, R + d + o, R - 1 - o + f, e, a, P);
+                add_to_slot<V, R, SHAPE>(p, R + d + o, R - 1 - o + f, e, a, P);
             }
         }
     }
@@ -258,7 +277,7 @@ edge_rows(const tbs_params &p, ptrdiff_t rin, const double *e,
  * (not wrap).  Rows beyond the edge read cval in constant mode; in the
  * others see edge_rows.
  */
-template <int V, int R, bool PLUS, bool XEDGE, bool YEDGE>
+template <int V, int R, int SHAPE, bool XEDGE, bool YEDGE>
 static __device__ __forceinline__ void
 level_step(const tbs_params &p, const tbs_strip<V> &s, double (&a)[V],
            double (&P)[2 * R][V], ptrdiff_t rin)
@@ -289,26 +308,36 @@ level_step(const tbs_params &p, const tbs_strip<V> &s, double (&a)[V],
     neighbours<V, R>(a, e);
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        a[j] = row_filter<R, PLUS>(p, 2 * R, e + j, P[0][j]);
+        if (SHAPE == CS_CC2D_RANK1) { /* one row filter, scaled per row */
+            const double h = outer_row<R>(p, e + j);
+            a[j] = fma(p.col[2 * R], h, P[0][j]);
+#pragma unroll
+            for (int i = 0; i + 1 < 2 * R; i++) {
+                P[i][j] = fma(p.col[2 * R - 1 - i], h, P[i + 1][j]);
+            }
+            P[2 * R - 1][j] = p.col[0] * h;
+            continue;
+        }
+        a[j] = row_filter<R, SHAPE>(p, 2 * R, e + j, P[0][j]);
 #pragma unroll
         for (int i = 0; i + 1 < 2 * R; i++) {
-            P[i][j] = row_filter<R, PLUS>(p, 2 * R - 1 - i, e + j,
-                                          P[i + 1][j]);
+            P[i][j] = row_filter<R, SHAPE>(p, 2 * R - 1 - i, e + j,
+                                           P[i + 1][j]);
         }
-        P[2 * R - 1][j] = row_filter<R, PLUS>(p, 0, e + j, 0.0);
+        P[2 * R - 1][j] = row_filter<R, SHAPE>(p, 0, e + j, 0.0);
     }
     if (!YEDGE) {
         return;
     }
     switch (p.mode) {
     case CS_MODE_NEAREST:
-        edge_rows<V, R, PLUS, 0, 0>(p, rin, e, a, P);
+        edge_rows<V, R, SHAPE, 0, 0>(p, rin, e, a, P);
         break;
     case CS_MODE_REFLECT:
-        edge_rows<V, R, PLUS, 1, -1>(p, rin, e, a, P);
+        edge_rows<V, R, SHAPE, 1, -1>(p, rin, e, a, P);
         break;
     case CS_MODE_MIRROR:
-        edge_rows<V, R, PLUS, 1, 0>(p, rin, e, a, P);
+        edge_rows<V, R, SHAPE, 1, 0>(p, rin, e, a, P);
         break;
     default: /* constant: read cval above; wrap: no edge */
         break;
@@ -320,7 +349,7 @@ level_step(const tbs_params &p, const tbs_strip<V> &s, double (&a)[V],
    r - R T of level T is stored.  GENERAL_READ, XEDGE, YEDGE: as read_row
    and level_step say, for every row of the range; XREAD: some column of
    the strip lies outside the grid (not stored). */
-template <int V, int R, int T, bool PLUS, bool FLAGS, bool XEDGE,
+template <int V, int R, int T, int SHAPE, bool FLAGS, bool XEDGE,
           bool XREAD, bool YEDGE, bool GENERAL_READ, int U>
 static __device__ __forceinline__ void
 stream_rows(const tbs_params &p, const tbs_strip<V> &s,
@@ -352,7 +381,7 @@ stream_rows(const tbs_params &p, const tbs_strip<V> &s,
         slot = (slot + 1) % TS_RING;
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            level_step<V, R, PLUS, XEDGE, YEDGE>(p, s, a, L.P[t], r - t * R);
+            level_step<V, R, SHAPE, XEDGE, YEDGE>(p, s, a, L.P[t], r - t * R);
         }
         const ptrdiff_t row = r - R * T; /* completed at level T */
         if (s.stores && row >= s.y0 && row < s.y1) {
@@ -373,7 +402,7 @@ stream_rows(const tbs_params &p, const tbs_strip<V> &s,
 /* Rows first .. last of level 0: the plain rows [lo, hi) unrolled by U,
    the rows before and after them once each (YEDGE: with the edge tests,
    which wrap does not need). */
-template <int V, int R, int T, bool PLUS, bool FLAGS, bool XEDGE,
+template <int V, int R, int T, int SHAPE, bool FLAGS, bool XEDGE,
           bool XREAD, bool YEDGE, int U>
 static __device__ __forceinline__ void
 stream_ranges(const tbs_params &p, const tbs_strip<V> &s,
@@ -381,11 +410,11 @@ stream_ranges(const tbs_params &p, const tbs_strip<V> &s,
               ptrdiff_t lo, ptrdiff_t hi, ptrdiff_t last, unsigned &bad)
 {
     int slot = 0;
-    stream_rows<V, R, T, PLUS, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
+    stream_rows<V, R, T, SHAPE, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
         p, s, L, ring, slot, first, lo, last, bad);
-    stream_rows<V, R, T, PLUS, FLAGS, XEDGE, XREAD, false, XREAD, U>(
+    stream_rows<V, R, T, SHAPE, FLAGS, XEDGE, XREAD, false, XREAD, U>(
         p, s, L, ring, slot, lo, hi, last, bad);
-    stream_rows<V, R, T, PLUS, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
+    stream_rows<V, R, T, SHAPE, FLAGS, XEDGE, XREAD, YEDGE, true, 1>(
         p, s, L, ring, slot, hi, last + 1, last, bad);
 }
 
@@ -393,7 +422,7 @@ stream_ranges(const tbs_params &p, const tbs_strip<V> &s,
    (or read from beyond them) with the edge tests, the rest without.
    XEDGE: as level_step says; XREAD: some column of the strip lies
    outside the grid (its reads are mapped). */
-template <int V, int R, int T, bool PLUS, bool FLAGS, bool XEDGE,
+template <int V, int R, int T, int SHAPE, bool FLAGS, bool XEDGE,
           bool XREAD, int U>
 static __device__ __forceinline__ void
 stream_strip(const tbs_params &p, const tbs_strip<V> &s, double *ring,
@@ -427,10 +456,10 @@ stream_strip(const tbs_params &p, const tbs_strip<V> &s, double *ring,
     hi = hi < last + 1 ? hi : last + 1;
     hi = hi > lo ? hi : lo;
     if (p.mode == CS_MODE_WRAP) { /* every row a real row: no edge tests */
-        stream_ranges<V, R, T, PLUS, FLAGS, XEDGE, XREAD, false, U>(
+        stream_ranges<V, R, T, SHAPE, FLAGS, XEDGE, XREAD, false, U>(
             p, s, L, ring, first, lo, hi, last, bad);
     } else {
-        stream_ranges<V, R, T, PLUS, FLAGS, XEDGE, XREAD, true, U>(
+        stream_ranges<V, R, T, SHAPE, FLAGS, XEDGE, XREAD, true, U>(
             p, s, L, ring, first, lo, hi, last, bad);
     }
 }
@@ -471,7 +500,7 @@ tbs_unroll(int radius)
     return radius == 1 ? TS_UNROLL : 1;
 }
 
-template <int V, int R, int T, bool PLUS, bool FLAGS>
+template <int V, int R, int T, int SHAPE, bool FLAGS>
 __global__ void __launch_bounds__(TS_WARPS * 32, TS_MIN_BLOCKS)
 tbs_kernel(tbs_params p)
 {
@@ -499,10 +528,10 @@ tbs_kernel(tbs_params p)
     unsigned bad = 0; /* bit 0: an input value, bit 1: a result value is
                          not finite (checked where the flags are given) */
     if (ox >= 0 && ox + SW <= p.nx) {
-        stream_strip<V, R, T, PLUS, FLAGS, false, false, tbs_unroll(R)>(
+        stream_strip<V, R, T, SHAPE, FLAGS, false, false, tbs_unroll(R)>(
             p, s, ring, bad);
     } else if (p.mode == CS_MODE_WRAP) { /* columns read mapped, all real */
-        stream_strip<V, R, T, PLUS, FLAGS, false, true, tbs_unroll(R)>(
+        stream_strip<V, R, T, SHAPE, FLAGS, false, true, tbs_unroll(R)>(
             p, s, ring, bad);
     } else {
 #pragma unroll
@@ -512,7 +541,7 @@ tbs_kernel(tbs_params p)
             s.xsrc[j] = g >= 0 && g < p.nx ? -1
                         : (int)(m < 0 ? 0 : m < SW ? m : SW - 1);
         }
-        stream_strip<V, R, T, PLUS, FLAGS, true, true, tbs_unroll(R)>(
+        stream_strip<V, R, T, SHAPE, FLAGS, true, true, tbs_unroll(R)>(
             p, s, ring, bad);
     }
     cs_copy_wait<0>();
@@ -526,7 +555,7 @@ tbs_kernel(tbs_params p)
     }
 }
 
-template <int R, int T, bool PLUS, bool FLAGS>
+template <int R, int T, int SHAPE, bool FLAGS>
 cs_status
 tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
 {
@@ -538,7 +567,7 @@ tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                      &per_sm, tbs_kernel<V, R, T, PLUS, FLAGS>, threads,
+                      &per_sm, tbs_kernel<V, R, T, SHAPE, FLAGS>, threads,
                       smem),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor (tb2d)");
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1)
@@ -549,7 +578,7 @@ tbs_launch(cs_cuda_ctx *ctx, tbs_params *p)
     if (st != CS_OK) {
         return st;
     }
-    tbs_kernel<V, R, T, PLUS, FLAGS><<<grid, threads, smem, ctx->stream>>>(*p);
+    tbs_kernel<V, R, T, SHAPE, FLAGS><<<grid, threads, smem, ctx->stream>>>(*p);
     return cs_cuda_check_launch(ctx, "tb2d kernel");
 }
 

@@ -642,7 +642,8 @@ static void expect_device_selection(cs_status none) {
     }
 }
 
-// tb2d (cuda-core path, planar 3 x 3 and pluses of sides 5 and 7):
+// tb2d (cuda-core path, planar 3 x 3 (a plus, an outer product, a box)
+// and pluses of sides 5 and 7):
 // every mode, passes of the most steps and a tail pass of every depth,
 // strips moved back at the far edges, edges inside a lane (widths odd),
 // grids narrower than a strip, several planes and segments.
@@ -652,8 +653,11 @@ static void tb2d_cases(bool quick) {
     Kern r33 = make_kernel("r3x3", 2, 1, 3, 3, false, true);
     Kern p5 = make_kernel("plus5", 2, 1, 5, 5, true, true);
     Kern p7 = make_kernel("plus7", 2, 1, 7, 7, true, true);
+    Kern o3 = make_rank1("rank1_3x3", 3);
     for (int m = 0; m < CS_MODE_COUNT; m++) {
         cs_mode mode = (cs_mode)m;
+        run_case(o3, 1, 37, 101, mode, 0.5, 11, CC, false, "cuda-core", 8);
+        device_array_case(o3, 1, 21, 50, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 3, CC, 0, 0);
         run_case(p7, 1, 40, 90, mode, 0.5, 9, CC, false, "cuda-core", 3);
         run_case(p7, 1, 16, 17, mode, -1.5, 3, CC, false, "cuda-core", 3);
         run_case(p5, 2, 23, 45, mode, 0.25, 7, CC, false, "cuda-core", 4);
