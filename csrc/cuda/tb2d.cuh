@@ -14,7 +14,7 @@
 #define TS_WARPS 4  /* warps per block, each on its own strip segment */
 #define TS_RING 4   /* rows of level 0 per warp in flight or waiting */
 #define TS_V 2      /* columns per lane */
-#define TS_UNROLL 2 /* rows per turn of the row loop */
+#define TS_UNROLL 2 /* rows per turn of the row loop, radius 1 */
 #define TS_MIN_BLOCKS 3 /* blocks per SM the registers must allow */
 #define TS_MAX_SIDE 7
 

@@ -39,10 +39,12 @@
  * Measured on the H100 (10240^2, depth 8) against the kernel this one
  * replaced (shared-memory tiles of 128 x 64 stepped by 512 threads, one
  * block per SM, bound by shared-memory traffic and latency): heat2d 871
- * against 407 G stencils/s, box2d9p 640 against 337 (h100_2d_tb2d.md).
- * Two columns per lane beat four (registers: four spill at depth 8); the
- * row loop is unrolled by two so that one row's later levels overlap the
- * next row's first ones.
+ * against 407 G stencils/s, box2d9p 640 against 337 (h100_2d_tb2d.md at
+ * 1a6d56b; now heat2d 898, box2d9p 810 with its rows filtered once, and
+ * star2d13p 298 at depth 3: h100_2d_tb2d.md at 0070e77).  Two columns
+ * per lane beat four (registers: four spill at depth 8); for radius 1
+ * the row loop is unrolled by two so that one row's later levels overlap
+ * the next row's first ones (tbs_unroll).
  *
  * Between the caller's device arrays the first pass notes non-finite
  * input values and the last non-finite results (engine.cu); those checks
