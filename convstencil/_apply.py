@@ -288,10 +288,10 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
         info["wall_seconds"] = time.perf_counter() - start
         infos.append(info)
 
-    report = None
-    if callback is not None:
-        def report(step, state):
-            callback(step, _read_only(state))
+    def show(step, state):
+        callback(step, _read_only(state))
+
+    report = show if callback is not None else None
 
     # with segments, `out` is written by the last one only; where it is
     # the grid (or shares its memory) a callback that raises would find
@@ -336,11 +336,11 @@ def _apply_host_on_device(src, grid, w, steps, mode, cval, name, path, out,
     _core.to_device(state.ptr, src)
     host = np.empty(src.shape, dtype=np.float64)
 
-    report = None
-    if callback is not None:
-        def report(step, dev):
-            _core.to_host(host, dev.ptr)
-            callback(step, _read_only(host))
+    def show(step, dev):
+        _core.to_host(host, dev.ptr)
+        callback(step, _read_only(host))
+
+    report = show if callback is not None else None
 
     view = _device.device_view(state)
     try:
