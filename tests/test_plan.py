@@ -319,7 +319,8 @@ def test_tb2d_on_cuda_cores(name, top, steps):
             == (d, steps // d, steps % d)
     p = _core.plan((10240, 10240), w, MODE["wrap"], steps, CC, max_depth=3)
     assert p["fused_depth"] == min(3, steps)
-    assert list(p["max_side"][1:]) == [min(3, steps) * (w.shape[0] - 1) + 1] * 2
+    side = min(3, steps) * (w.shape[0] - 1) + 1
+    assert list(p["max_side"][1:]) == [side] * 2
     for small in [(15, 100), (100, 15)]:
         p = _core.plan(small, w, MODE["wrap"], steps, CC)
         assert p["pass"] == "none" and p["unfused_steps"] == steps

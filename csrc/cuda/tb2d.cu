@@ -27,7 +27,8 @@ choose_segments(ptrdiff_t columns, ptrdiff_t ny, int halo_rows,
     for (ptrdiff_t s = 1; s <= top; s++) {
         const ptrdiff_t rows = CEIL_DIV(ny, s);
         const ptrdiff_t rounds = CEIL_DIV(columns * s, resident_warps);
-        const double cost = (double)(rounds + 1) * (double)(rows + 2 * halo_rows);
+        const double cost =
+            (double)(rounds + 1) * (double)(rows + 2 * halo_rows);
         if (s == 1 || cost < best_cost) {
             best = s;
             best_cost = cost;

@@ -1,6 +1,6 @@
 /*
- * tb2d_3x3.cu -- tb2d's instances for 3 x 3 boxes and pluses, 1 to 4 steps per pass
- * (tb2d.cuh says why they are split).
+ * tb2d_3x3.cu -- tb2d's instances for 3 x 3 boxes and pluses, 1 to 4 steps
+ * per pass (tb2d.cuh says why they are split).
  */
 #include "tb2d_kernel.cuh"
 

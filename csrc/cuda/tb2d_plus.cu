@@ -1,6 +1,6 @@
 /*
- * tb2d_plus.cu -- tb2d's instances for pluses of side 5 (1 to 4 steps per pass) and 7 (1 to 3)
- * (tb2d.cuh says why they are split).
+ * tb2d_plus.cu -- tb2d's instances for pluses of side 5 (1 to 4 steps per
+ * pass) and 7 (1 to 3) (tb2d.cuh says why they are split).
  */
 #include "tb2d_kernel.cuh"
 

@@ -1,6 +1,6 @@
 /*
- * tb2d_rank1.cu -- tb2d's instances for 3 x 3 outer products (box2d9p), 1 to 8 steps per pass
- * (tb2d.cuh says why they are split).
+ * tb2d_rank1.cu -- tb2d's instances for 3 x 3 outer products (box2d9p), 1
+ * to 8 steps per pass (tb2d.cuh says why they are split).
  */
 #include "tb2d_kernel.cuh"
 
