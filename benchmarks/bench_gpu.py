@@ -330,12 +330,11 @@ def markdown(table, args, prov, bandwidth, floor):
         lines.append("| %s |" % " | ".join(cells))
     if any(len(shape) == 2 for _, shape, _, _ in table):
         lines += ["", "CUDA cores: planar 3 x 3 kernels (heat2d, box2d9p) "
-                  "run temporally blocked on tb2d, up to 8 steps per pass; "
-                  "planar squares of side 5 and 7 on cc2d, with only the "
-                  "centre row and column of a plus (star2d13p) and as a "
-                  "sum along x then along y for an outer product "
-                  "(box2d49p); other kernels take every tap "
-                  "(docs/ARCHITECTURE.md)."]
+                  "run temporally blocked on tb2d, up to 8 steps per pass, "
+                  "and pluses of side 5 and 7 (star2d13p) up to 4 and 3; "
+                  "other planar squares of side 5 and 7 on cc2d, as a sum "
+                  "along x then along y for an outer product (box2d49p); "
+                  "other kernels take every tap (docs/ARCHITECTURE.md)."]
     return "\n".join(lines) + "\n"
 
 
