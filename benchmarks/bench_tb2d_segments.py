@@ -26,12 +26,14 @@ PASSES = 30
 
 
 def chosen_segments(shape, depth):
-    """The count the engine picks (the model mirrors choose_segments)."""
-    own = _model.TB2D_STRIP - 2 * _model.tb2d_margin(depth)
+    """The count the engine picks for heat2d (the model mirrors
+    choose_segments; radius 1: `depth` rows of halo a side)."""
+    own = _model.TB2D_STRIP - 2 * _model.tb2d_margin(depth, radius=1)
     strips = -(-shape[1] // own)
     resident = (_model.H100["sms"] * _model.TB2D_BLOCKS_PER_SM
                 * _model.TB2D_WARPS)
-    return _model.tb2d_segments(strips, shape[0], depth, resident)
+    return _model.tb2d_segments(strips, shape[0], halo_rows=depth,
+                                resident=resident)
 
 
 def time_call(grid, out, name, steps, repeat, segments):

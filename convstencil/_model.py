@@ -99,9 +99,10 @@ TB2D_MAX_SEGMENTS = 4096
 # peak in those units; a wider kernel (radius r) takes r neighbour
 # columns from either side and keeps 2 r partial rows: TB2D_SHUFFLE_OPS
 # more per cell for each radius past the first.  Fitted to the step loops
-# of h100_tb2d_edge_order.md (the kernel of commit b702181, 10240^2):
-# heat2d (5 multiply-adds) 990 and box2d9p (9) 683 G stencils/s at depth
-# 8 give the first two, star2d13p (13, radius 3) 318 at depth 3 the third.
+# of h100_tb2d_edge_order.md (the kernel of commit b702181, 10240^2;
+# its "between" and "padded" figures averaged): heat2d (5 multiply-adds)
+# 990 and box2d9p (then a box: 9) 683 G stencils/s at depth 8 give the
+# first two, star2d13p (13, radius 3) 318 at depth 3 the third.
 TB2D_OVERHEAD_OPS = 3.9
 TB2D_FP64_FRACTION = 0.858
 TB2D_SHUFFLE_OPS = 4.26

@@ -81,7 +81,7 @@ cs_tb2d_max_depth(const int size[3], const double *weights)
     if ((k != 5 && k != 7) || !cs_taps_plus(k, weights)) {
         return 0;
     }
-    return k == 5 ? 4 : 3;
+    return k == 5 ? CS_TB2D_MAX_DEPTH_5 : CS_TB2D_MAX_DEPTH_7;
 }
 
 static int

@@ -28,6 +28,8 @@ enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
 #define CS_TC3D_MAX_KZ 7      /* tc3d: planes of the (composed) kernel */
 #define CS_TB2D_MAX_DEPTH 8   /* tb2d: steps per trip of a 3 x 3 kernel
                                  (its margins; cs_tb2d_max_depth) */
+#define CS_TB2D_MAX_DEPTH_5 4 /* ... of a plus of side 5 */
+#define CS_TB2D_MAX_DEPTH_7 3 /* ... of a plus of side 7 */
 #define CS_TB2D_MIN_EXTENT 16 /* tb2d: rows and columns of a grid it runs
                                  (a tile holds the cells the modes map
                                  its margins to) */
@@ -54,8 +56,9 @@ cs_cc2d_taps(const int size[3], const double *weights);
 
 /*
  * The most steps per pass tb2d runs of one plane of k x k weights (size
- * {1, k, k}): CS_TB2D_MAX_DEPTH for k = 3, 4 for a plus of side 5 and
- * 3 of side 7 (their margins, k - 1 columns per step, and the partial
+ * {1, k, k}): CS_TB2D_MAX_DEPTH for k = 3, CS_TB2D_MAX_DEPTH_5 (4) for
+ * a plus of side 5 and CS_TB2D_MAX_DEPTH_7 (3) of side 7 (their margins,
+ * k - 1 columns per step, and the partial
  * rows each step keeps in registers: deeper ones spill, and star2d13p ran
  * slower at 4, h100_2d_tb2d_depth.md); 0 when tb2d does not run the
  * kernel (other extents, a box of side 5 or 7).

@@ -225,17 +225,6 @@ def _kernel(record):
             <= k // 2).astype(float)
 
 
-def tb2d_runs(w):
-    """Whether tb2d runs the planar kernel w: any 3 x 3, a plus of side
-    5 or 7."""
-    if w.ndim != 2 or w.shape[0] != w.shape[1]:
-        return False
-    r = w.shape[0] // 2
-    off = np.ones(w.shape, bool)
-    off[r, :] = off[:, r] = False
-    return w.shape[0] == 3 or (w.shape[0] in (5, 7) and not np.any(w[off]))
-
-
 def _records():
     for name in _FILES:
         with open(os.path.join(RESULTS, name + ".json")) as f:
@@ -260,17 +249,17 @@ def test_model_against_committed_h100_figures(name, record):
     # the depth that ran (3D paths: one step per pass on both paths)
     depth = 1 if name == "h100_3d_paths" else record.get("fused_depth") or 0
     w = _kernel(record)
-    if (backend == "cuda-core" and tb2d_runs(w) and depth == 1
+    e = cs.explain(tuple(record["shape"]), weights=w,
+                   steps=record["steps"], mode=record.get("mode",
+                                                          "constant"),
+                   backend=backend, max_depth=depth)
+    if (backend == "cuda-core" and e.pass_kind == "tb2d" and depth == 1
             and record["steps"] > 1):
         # a run before tb2d took the kernel (cc2d, one step per launch):
         # the plan now runs it temporally blocked, which forcing depth 1
         # would model instead of what ran (h100_2d_tb2d and h100_e2e
         # measure tb2d)
         pytest.skip("measured cc2d, which the plan no longer runs")
-    e = cs.explain(tuple(record["shape"]), weights=w,
-                   steps=record["steps"], mode=record.get("mode",
-                                                          "constant"),
-                   backend=backend, max_depth=depth)
     if depth:
         assert e.fused_depth == depth, "the plan changed since the run"
     ratio = e.predicted_seconds / _measured(record)

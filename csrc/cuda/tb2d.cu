@@ -86,6 +86,20 @@ cs_tb2d_layout(cs_cuda_ctx *ctx, tbs_params *p, ptrdiff_t own, int halo_rows,
     return CS_OK;
 }
 
+/* The instance of radius R and tap set SHAPE for `depth` (1 to TOP):
+   TOP steps for `depth` TOP or more, else the next lower instance. */
+template <int R, int SHAPE, bool FLAGS, int TOP>
+static cs_status
+launch_depth(cs_cuda_ctx *ctx, tbs_params *p, int depth)
+{
+    if constexpr (TOP > 1) {
+        if (depth < TOP) {
+            return launch_depth<R, SHAPE, FLAGS, TOP - 1>(ctx, p, depth);
+        }
+    }
+    return tbs_launch<R, TOP, SHAPE, FLAGS>(ctx, p);
+}
+
 /* The instance for the kernel's side, tap set and `depth` (1 to
    cs_tb2d_max_depth's): 3 x 3 boxes, pluses and outer products
    (tb2d_3x3.cu, tb2d_3x3_deep.cu, tb2d_rank1.cu), pluses of sides 5 and
@@ -94,47 +108,21 @@ template <bool FLAGS>
 static cs_status
 tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int shape)
 {
-    constexpr int B = CS_CC2D_BOX, P = CS_CC2D_PLUS, O = CS_CC2D_RANK1;
+    constexpr int P = CS_CC2D_PLUS;
     if (side == 7) {
-        switch (depth) {
-        case 1: return tbs_launch<3, 1, P, FLAGS>(ctx, p);
-        case 2: return tbs_launch<3, 2, P, FLAGS>(ctx, p);
-        default: return tbs_launch<3, 3, P, FLAGS>(ctx, p);
-        }
+        return launch_depth<3, P, FLAGS, CS_TB2D_MAX_DEPTH_7>(ctx, p, depth);
     }
     if (side == 5) {
-        switch (depth) {
-        case 1: return tbs_launch<2, 1, P, FLAGS>(ctx, p);
-        case 2: return tbs_launch<2, 2, P, FLAGS>(ctx, p);
-        case 3: return tbs_launch<2, 3, P, FLAGS>(ctx, p);
-        default: return tbs_launch<2, 4, P, FLAGS>(ctx, p);
-        }
+        return launch_depth<2, P, FLAGS, CS_TB2D_MAX_DEPTH_5>(ctx, p, depth);
     }
-    switch (depth * 3 + shape) {
-    case 3 + B: return tbs_launch<1, 1, B, FLAGS>(ctx, p);
-    case 3 + P: return tbs_launch<1, 1, P, FLAGS>(ctx, p);
-    case 3 + O: return tbs_launch<1, 1, O, FLAGS>(ctx, p);
-    case 6 + B: return tbs_launch<1, 2, B, FLAGS>(ctx, p);
-    case 6 + P: return tbs_launch<1, 2, P, FLAGS>(ctx, p);
-    case 6 + O: return tbs_launch<1, 2, O, FLAGS>(ctx, p);
-    case 9 + B: return tbs_launch<1, 3, B, FLAGS>(ctx, p);
-    case 9 + P: return tbs_launch<1, 3, P, FLAGS>(ctx, p);
-    case 9 + O: return tbs_launch<1, 3, O, FLAGS>(ctx, p);
-    case 12 + B: return tbs_launch<1, 4, B, FLAGS>(ctx, p);
-    case 12 + P: return tbs_launch<1, 4, P, FLAGS>(ctx, p);
-    case 12 + O: return tbs_launch<1, 4, O, FLAGS>(ctx, p);
-    case 15 + B: return tbs_launch<1, 5, B, FLAGS>(ctx, p);
-    case 15 + P: return tbs_launch<1, 5, P, FLAGS>(ctx, p);
-    case 15 + O: return tbs_launch<1, 5, O, FLAGS>(ctx, p);
-    case 18 + B: return tbs_launch<1, 6, B, FLAGS>(ctx, p);
-    case 18 + P: return tbs_launch<1, 6, P, FLAGS>(ctx, p);
-    case 18 + O: return tbs_launch<1, 6, O, FLAGS>(ctx, p);
-    case 21 + B: return tbs_launch<1, 7, B, FLAGS>(ctx, p);
-    case 21 + P: return tbs_launch<1, 7, P, FLAGS>(ctx, p);
-    case 21 + O: return tbs_launch<1, 7, O, FLAGS>(ctx, p);
-    case 24 + B: return tbs_launch<1, 8, B, FLAGS>(ctx, p);
-    case 24 + P: return tbs_launch<1, 8, P, FLAGS>(ctx, p);
-    default: return tbs_launch<1, 8, O, FLAGS>(ctx, p);
+    constexpr int TOP = CS_TB2D_MAX_DEPTH;
+    switch (shape) {
+    case CS_CC2D_PLUS:
+        return launch_depth<1, P, FLAGS, TOP>(ctx, p, depth);
+    case CS_CC2D_RANK1:
+        return launch_depth<1, CS_CC2D_RANK1, FLAGS, TOP>(ctx, p, depth);
+    default:
+        return launch_depth<1, CS_CC2D_BOX, FLAGS, TOP>(ctx, p, depth);
     }
 }
 

@@ -80,7 +80,8 @@ struct tbs_strip {
     int xsrc[V];      /* strips at a side edge (not wrap): where the lane's
                          column j lies outside the grid, the column of the
                          strip the mode maps it to (holding its value at
-                         every level); -1 inside */
+                         every level; constant mode: 0 or more, unused);
+                         -1 inside */
 };
 
 /* Start reading level-0 row `row` into this lane's V cells of a ring
@@ -187,24 +188,26 @@ outer_row(const tbs_params &p, const double *e)
 /* Kernel row k (0: the row R above the output, 2 R: R below) along x,
    added to acc; e points at the output's leftmost neighbour.  SHAPE
    (cs_cc2d_taps's): a plus's rows other than the centre one hold their
-   centre weight alone; an outer product's row k is col[k] times the one
-   row filter. */
+   centre weight alone; an outer product's row k is col[k] times h, the
+   one row filter there (outer_row). */
 template <int R, int SHAPE>
 static __device__ __forceinline__ double
-row_filter(const tbs_params &p, int k, const double *e, double acc)
+row_filter(const tbs_params &p, int k, const double *e, double h,
+           double acc)
 {
     constexpr int K = 2 * R + 1;
-    if (SHAPE == CS_CC2D_PLUS && k != R) {
-        return fma(p.w[k * K + R], e[R], acc);
-    }
-    if (SHAPE == CS_CC2D_RANK1) {
-        return fma(p.col[k], outer_row<R>(p, e), acc);
-    }
+    if constexpr (SHAPE == CS_CC2D_RANK1) {
+        return fma(p.col[k], h, acc);
+    } else {
+        if (SHAPE == CS_CC2D_PLUS && k != R) {
+            return fma(p.w[k * K + R], e[R], acc);
+        }
 #pragma unroll
-    for (int d = 0; d < K; d++) {
-        acc = fma(p.w[k * K + d], e[d], acc);
+        for (int d = 0; d < K; d++) {
+            acc = fma(p.w[k * K + d], e[d], acc);
+        }
+        return acc;
     }
-    return acc;
 }
 
 /* The levels' partial sums, carried from row to row: P[t][i] is level t's
@@ -215,12 +218,13 @@ struct tbs_levels {
     double P[T][2 * R][V];
 };
 
-/* Kernel row k of the arriving row (in e) added to output row `slot`
-   (-1: the row completed, in a; else P[slot]), a run-time index. */
+/* Kernel row k of the arriving row (in e; h: an outer product's row
+   filters) added to output row `slot` (-1: the row completed, in a; else
+   P[slot]), a run-time index. */
 template <int V, int R, int SHAPE>
 static __device__ __forceinline__ void
 add_to_slot(const tbs_params &p, int k, ptrdiff_t slot, const double *e,
-            double (&a)[V], double (&P)[2 * R][V])
+            const double (&h)[V], double (&a)[V], double (&P)[2 * R][V])
 {
 #pragma unroll
     for (int s = -1; s < 2 * R; s++) {
@@ -228,9 +232,10 @@ add_to_slot(const tbs_params &p, int k, ptrdiff_t slot, const double *e,
 #pragma unroll
             for (int j = 0; j < V; j++) {
                 if (s < 0) {
-                    a[j] = row_filter<R, SHAPE>(p, k, e + j, a[j]);
+                    a[j] = row_filter<R, SHAPE>(p, k, e + j, h[j], a[j]);
                 } else {
-                    P[s][j] = row_filter<R, SHAPE>(p, k, e + j, P[s][j]);
+                    P[s][j] = row_filter<R, SHAPE>(p, k, e + j, h[j],
+                                                   P[s][j]);
                 }
             }
         }
@@ -250,7 +255,7 @@ add_to_slot(const tbs_params &p, int k, ptrdiff_t slot, const double *e,
 template <int V, int R, int SHAPE, int F_SCALE, int F_SHIFT>
 static __device__ __forceinline__ void
 edge_rows(const tbs_params &p, ptrdiff_t rin, const double *e,
-          double (&a)[V], double (&P)[2 * R][V])
+          const double (&h)[V], double (&a)[V], double (&P)[2 * R][V])
 {
 #pragma unroll
     for (int d = 1; d <= R; d++) {
@@ -258,14 +263,16 @@ edge_rows(const tbs_params &p, ptrdiff_t rin, const double *e,
         if (rin == f) { /* top: row -d, read by rows o = 0 .. R - d */
 #pragma unroll
             for (int o = 0; o <= R - d; o++) {
-                add_to_slot<V, R, SHAPE>(p, R - d - o, o - f + R - 1, e, a, P);
+                add_to_slot<V, R, SHAPE>(p, R - d - o, o - f + R - 1, e,
+                                         h, a, P);
             }
         }
         if (rin == p.ny - 1 - f) { /* bottom: row ny - 1 + d, read by
                                       rows ny - 1 - o, o = 0 .. R - d */
 #pragma unroll
             for (int o = 0; o <= R - d; o++) {
-                add_to_slot<V, R, SHAPE>(p, R + d + o, R - 1 - o + f, e, a, P);
+                add_to_slot<V, R, SHAPE>(p, R + d + o, R - 1 - o + f, e,
+                                         h, a, P);
             }
         }
     }
@@ -308,38 +315,32 @@ level_step(const tbs_params &p, const tbs_strip<V> &s, double (&a)[V],
     }
     double e[V + 2 * R];
     neighbours<V, R>(a, e);
+    double h[V]; /* an outer product: the one row filter, scaled per row */
 #pragma unroll
     for (int j = 0; j < V; j++) {
-        if (SHAPE == CS_CC2D_RANK1) { /* one row filter, scaled per row */
-            const double h = outer_row<R>(p, e + j);
-            a[j] = fma(p.col[2 * R], h, P[0][j]);
-#pragma unroll
-            for (int i = 0; i + 1 < 2 * R; i++) {
-                P[i][j] = fma(p.col[2 * R - 1 - i], h, P[i + 1][j]);
-            }
-            P[2 * R - 1][j] = p.col[0] * h;
-            continue;
-        }
-        a[j] = row_filter<R, SHAPE>(p, 2 * R, e + j, P[0][j]);
+        h[j] = SHAPE == CS_CC2D_RANK1 ? outer_row<R>(p, e + j) : 0.0;
+        a[j] = row_filter<R, SHAPE>(p, 2 * R, e + j, h[j], P[0][j]);
 #pragma unroll
         for (int i = 0; i + 1 < 2 * R; i++) {
-            P[i][j] = row_filter<R, SHAPE>(p, 2 * R - 1 - i, e + j,
+            P[i][j] = row_filter<R, SHAPE>(p, 2 * R - 1 - i, e + j, h[j],
                                            P[i + 1][j]);
         }
-        P[2 * R - 1][j] = row_filter<R, SHAPE>(p, 0, e + j, 0.0);
+        P[2 * R - 1][j] = SHAPE == CS_CC2D_RANK1
+                              ? p.col[0] * h[j] /* a product: no sum yet */
+                              : row_filter<R, SHAPE>(p, 0, e + j, h[j], 0.0);
     }
     if (!YEDGE) {
         return;
     }
     switch (p.mode) {
     case CS_MODE_NEAREST:
-        edge_rows<V, R, SHAPE, 0, 0>(p, rin, e, a, P);
+        edge_rows<V, R, SHAPE, 0, 0>(p, rin, e, h, a, P);
         break;
     case CS_MODE_REFLECT:
-        edge_rows<V, R, SHAPE, 1, -1>(p, rin, e, a, P);
+        edge_rows<V, R, SHAPE, 1, -1>(p, rin, e, h, a, P);
         break;
     case CS_MODE_MIRROR:
-        edge_rows<V, R, SHAPE, 1, 0>(p, rin, e, a, P);
+        edge_rows<V, R, SHAPE, 1, 0>(p, rin, e, h, a, P);
         break;
     default: /* constant: read cval above; wrap: no edge */
         break;
