@@ -1,11 +1,11 @@
 """Small cases that launch every GPU kernel once, for compute-sanitizer.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 \\
-        python tests/gpu_sanitize_cases.py [tb2d]
+        python tests/gpu_sanitize_cases.py [tb2d|fold]
     compute-sanitizer --tool racecheck --error-exitcode 1 \\
-        python tests/gpu_sanitize_cases.py [tb2d]
+        python tests/gpu_sanitize_cases.py [tb2d|fold]
 
-("tb2d": its cases alone.)
+("tb2d", "fold": those cases alone.)
 Covers the tensor-core kernels (tc2d, tc1d, and tc3d with dense, point
 and zero planes) for every kernel height they are built for (ky = 1, 3,
 5, 7), on grids that are and are not multiples of their tile (so partial
@@ -14,7 +14,8 @@ tiles, fused passes with the band fix-up (along z too), the CUDA-core step in
 1D/2D/3D (cc2d's and cc3d's instances, streaming along z, and heat3d's fused
 passes on CUDA cores with their band recomputed in place included), the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
-end fix-up, partial last rows, payloads 7, 15 and 31), tb2d's temporal
+end fix-up, partial last rows, payloads 7, 15 and 31, and between device
+arrays without a load or a store), tb2d's temporal
 blocking (planar 3 x 3 kernels and pluses, passes and a tail pass), and engine
 sessions (a grid kept in the engine's layout across rounds, boxes copied
 out of and into it between them).  Each result is
@@ -140,6 +141,7 @@ def main():
         for mode in ("constant", "wrap"):
             ok &= check(grid, w, 1, mode, "cuda-core")
     ok &= device_array_cases(rng)
+    ok &= fold_array_cases(rng)
     ok &= session_cases(rng)
     print("all ok" if ok else "FAILURES")
     return 0 if ok else 1
@@ -229,6 +231,33 @@ def device_array_cases(rng):
     return ok & (err <= 1e-12)
 
 
+def fold_array_cases(rng):
+    """A folded 1D grid between float64 CuPy arrays: the first tc1d pass
+    reads the caller's array and the last unfused step writes the result
+    (every mode, one row and several rows with a partial last one; needs
+    CuPy)."""
+    try:
+        import cupy as cp
+    except ImportError:
+        print("skip 1D folds between device arrays: no CuPy")
+        return True
+    ok = True
+    for name, steps in (("heat1d", 17), ("1d5p", 16)):
+        for n in (3001, 300_007):
+            host = rng.standard_normal(n)
+            for mode in MODES:
+                want = cs.apply(host, name, steps=steps, mode=mode,
+                                cval=0.5, backend="cpu")
+                got = cp.asnumpy(cs.apply(cp.asarray(host), name,
+                                          steps=steps, mode=mode, cval=0.5,
+                                          backend="cuda-tc"))
+                err = np.linalg.norm(got - want) / np.linalg.norm(want)
+                print("%-4s device array fold %s %d %s rel %.2e" % (
+                    "ok" if err <= 1e-12 else "FAIL", name, n, mode, err))
+                ok &= err <= 1e-12
+    return ok
+
+
 def session_cases(rng):
     """Engine sessions (session.cu): rounds of k steps on a device grid,
     the grid's first two rows read out and overwritten between the
@@ -281,8 +310,9 @@ def session_cases(rng):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["tb2d"]:  # tb2d's cases alone
-        tb2d_ok = tb2d_cases(np.random.default_rng(2026))
-        print("all ok" if tb2d_ok else "FAILURES")
-        sys.exit(0 if tb2d_ok else 1)
+    alone = {"tb2d": tb2d_cases, "fold": fold_array_cases}
+    if len(sys.argv) == 2 and sys.argv[1] in alone:  # one set alone
+        set_ok = alone[sys.argv[1]](np.random.default_rng(2026))
+        print("all ok" if set_ok else "FAILURES")
+        sys.exit(0 if set_ok else 1)
     sys.exit(main())

@@ -205,3 +205,47 @@ def test_tb2d_between_device_arrays(mode, rng):
     assert cs.last_run_info()["nonfinite"] is False
     assert_same_nonfinite(cp.asnumpy(got), scipy_steps(
         host, cs.Stencil("heat2d").weights, 11, mode, 0.0), dict(mode=mode))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
+def test_fold_between_device_arrays(mode, rng):
+    # a folded 1D grid between float64 device arrays: the first tc1d pass
+    # reads the caller's array and the last unfused step writes the result
+    # (tests/cuda_emu asserts that no load or store runs), noting
+    # non-finite values as the load and the store would
+    if not cs.backends()["cuda"] == "available":
+        pytest.skip("no usable CUDA device")
+    cp = pytest.importorskip("cupy")
+    for name, steps in (("heat1d", 17), ("1d5p", 16), ("heat1d", 100)):
+        w = cs.Stencil(name).weights
+        for kind in ("nan-middle", "inf-edges", "nan-row"):
+            host = grid_with(rng, (10007,), kind)
+            want = scipy_steps(host, w, steps, mode, 0.25)
+            grid = cp.asarray(host)
+            got = cs.apply(grid, name, steps=steps, mode=mode, cval=0.25,
+                           backend="cuda-tc")
+            info = cs.last_run_info()
+            assert info["nonfinite"] is True, info
+            ctx = dict(name=name, kind=kind, steps=steps, mode=mode)
+            assert_same_nonfinite(cp.asnumpy(got), want, ctx)
+            assert_same_nonfinite(cp.asnumpy(grid), host, ctx)
+        # finite: the fast path, its first pass and last step at the ends
+        host = rng.random(10007)
+        got = cs.apply(cp.asarray(host), name, steps=steps, mode=mode,
+                       cval=0.25, backend="cuda-tc")
+        info = cs.last_run_info()
+        assert info["nonfinite"] is False, info
+        assert info["fused_passes"] >= 1 and info["unfused_steps"] >= 1, info
+        assert_same_nonfinite(cp.asnumpy(got), scipy_steps(host, w, steps,
+                                                           mode, 0.25),
+                              dict(name=name, steps=steps, mode=mode))
+    # finite input, a result past DBL_MAX: the last step notes it
+    host = rng.uniform(1e306, 2e306, 10007)
+    w = cs.Stencil("heat1d").weights * 2.0
+    want = scipy_steps(host, w, 17, mode, 0.0)
+    assert np.isinf(want).any()
+    got = cs.apply(cp.asarray(host), weights=w, steps=17, mode=mode,
+                   backend="cuda-tc")
+    assert cs.last_run_info()["nonfinite"] is True
+    assert_same_nonfinite(cp.asnumpy(got), want, dict(mode=mode))

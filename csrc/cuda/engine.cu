@@ -10,9 +10,10 @@
  *                  the band strips, in one kept device block), the
  *                  parameters (one block, uploaded only when they
  *                  change), the grid in (grid_io.cu), the step loop, the
- *                  result out (tb2d between float64 device arrays: the
- *                  first pass reads the caller's array and the last
- *                  writes the result, no load or store); a grid that
+ *                  result out (between float64 device arrays, tb2d
+ *                  and a fold's tc1d passes: the first pass reads the
+ *                  caller's array and the last pass or step writes the
+ *                  result, no load or store); a grid that
  *                  holds NaN or infinite values goes to the masked path
  *                  instead (grid_io.cu)
  *   release        the lane and the block back, the host side freed
@@ -270,17 +271,28 @@ upload_params(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_kernel *kernel,
  * the step loop
  * --------------------------------------------------------------------- */
 
-/* The main kernel of one fused pass src -> dst. */
+/* Where a run between the caller's device arrays reads its input and
+   writes its result instead of the main grids (see "between the caller's
+   device arrays" below); neither flag set: the grid is loaded into
+   L->g[0] and the result stored from the main grids. */
+typedef struct cs_loop_ends {
+    cs_dgrid in, out; /* the caller's arrays as grids */
+    int read_in;      /* the first pass reads `in` */
+    int write_out;    /* the last pass or step writes `out` */
+} cs_loop_ends;
+
+/* The main kernel of one fused pass src -> dst; flat: tc1d reads the
+   caller's array (src its flat view), else NULL. */
 static cs_status
 run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const cs_loop_args *L,
-         const cs_dgrid *src, const cs_dgrid *dst, cs_mode mode,
-         double cval)
+         const cs_dgrid *src, const cs_dgrid *dst,
+         const cs_tc1d_flat *flat)
 {
     switch (plan->pass) {
     case CS_PASS_TC2D:
         return cs_cuda_tc2d_pass(ctx, src, dst, &L->tc3.tile);
     case CS_PASS_TC1D:
-        return cs_cuda_tc1d_pass(ctx, src, dst, &L->tc3.tile);
+        return cs_cuda_tc1d_pass(ctx, src, dst, &L->tc3.tile, flat);
     case CS_PASS_TC3D:
         return cs_cuda_tc3d_pass(ctx, src, dst, &L->tc3);
     case CS_PASS_CC3D:
@@ -319,26 +331,29 @@ fix_band(cs_cuda_ctx *ctx, const cs_apply_state *s, const cs_plan *plan,
 /*
  * tb2d's passes: `depth` steps each, then the remainder as one pass of
  * its own (tb2d plans have tail_pass).  Pass i reads the main grid
- * g[i % 2] and writes g[(i + 1) % 2]; where `ends` is given ({input,
- * result}: the caller's arrays) the first pass reads ends[0] instead,
- * noting a non-finite input in the lane's flag 0, and the last writes
- * ends[1], noting a non-finite result in flag 1.  *cur_out: the main
- * grid holding the result where `ends` is NULL.
+ * g[i % 2] and writes g[(i + 1) % 2]; between the caller's arrays (ends)
+ * the first pass reads ends->in instead, noting a non-finite input in
+ * the lane's flag 0, and the last writes ends->out, noting a non-finite
+ * result in flag 1.  *cur_out: the main grid holding the result
+ * otherwise.
  */
 static cs_status
 tb2d_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
             const cs_loop_args *L, const cs_plan *plan,
-            const cs_dgrid *ends, cs_mode mode, double cval, int *cur_out)
+            const cs_loop_ends *ends, cs_mode mode, double cval,
+            int *cur_out)
 {
     const cs_fusion_plan *f = &plan->fusion;
     const long total = f->passes + (f->remainder > 0);
-    int *flags = ends != NULL ? s->lane->flags : NULL;
+    const int between = ends->read_in && ends->write_out;
+    int *flags = between ? s->lane->flags : NULL;
     for (long i = 0; i < total; i++) {
         CS_TRY(cs_cuda_check_interrupt(ctx, i * f->depth));
         const int depth = (int)(i < f->passes ? f->depth : f->remainder);
         const int first = i == 0, last = i + 1 == total;
-        const cs_dgrid *src = first && ends ? &ends[0] : &L->g[i % 2];
-        const cs_dgrid *dst = last && ends ? &ends[1] : &L->g[(i + 1) % 2];
+        const cs_dgrid *src = first && between ? &ends->in : &L->g[i % 2];
+        const cs_dgrid *dst =
+            last && between ? &ends->out : &L->g[(i + 1) % 2];
         CS_TRY(cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, depth, mode, cval,
                                  first && flags ? flags + 0 : NULL,
                                  last && flags ? flags + 1 : NULL));
@@ -347,15 +362,19 @@ tb2d_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
     return CS_OK;
 }
 
-/* The fused passes, then the unfused steps; *cur_out: the result's
-   grid. */
-cs_status
-cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
-                    cs_loop_args *L, const cs_plan *plan, cs_mode mode,
-                    double cval, int *cur_out)
+/* The fused passes, then the unfused steps, from L->g[0] or, for a fold
+   whose ends->read_in is set, from the caller's array (the first tc1d
+   pass reads it, noting non-finite points in flag 0); the last unfused
+   step writes the caller's array where ends->write_out is set (noting
+   non-finite results in flag 1).  *cur_out: the result's main grid
+   otherwise. */
+static cs_status
+step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, cs_loop_args *L,
+          const cs_plan *plan, const cs_loop_ends *ends, cs_mode mode,
+          double cval, int *cur_out)
 {
     if (plan->pass == CS_PASS_TB2D) {
-        return tb2d_passes(ctx, s, L, plan, NULL, mode, cval, cur_out);
+        return tb2d_passes(ctx, s, L, plan, ends, mode, cval, cur_out);
     }
     const cs_fusion_plan *f = &plan->fusion;
     const ptrdiff_t fold = plan->fold ? plan->fold_points : 0;
@@ -363,13 +382,19 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
     int filled[2] = {0, 0}; /* constant mode: halo filled once per buffer */
     for (long pass = 0; pass < f->passes; pass++) {
         CS_TRY(cs_cuda_check_interrupt(ctx, pass * f->depth));
-        const cs_dgrid *src = &L->g[cur], *dst = &L->g[1 - cur];
-        CS_TRY(cs_refresh_halo(ctx, src, fold, mode, cval, &filled[cur]));
+        const int from_array = pass == 0 && ends->read_in;
+        const cs_tc1d_flat flat = {fold, mode, cval, s->lane->flags + 0};
+        const cs_dgrid *src = from_array ? &ends->in : &L->g[cur];
+        const cs_dgrid *dst = &L->g[1 - cur];
+        if (!from_array) {
+            CS_TRY(cs_refresh_halo(ctx, src, fold, mode, cval,
+                                   &filled[cur]));
+        }
         if (plan->band == CS_BAND_STRIPS) {
             CS_TRY(cs_bands_start(ctx, s->lane, L->jobs, src, f, &L->dk,
                                   mode, cval));
         }
-        CS_TRY(run_pass(ctx, plan, L, src, dst, mode, cval));
+        CS_TRY(run_pass(ctx, plan, L, src, dst, from_array ? &flat : NULL));
         CS_TRY(fix_band(ctx, s, plan, L, src, dst, mode, cval));
         cur = 1 - cur;
     }
@@ -377,6 +402,12 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
         CS_TRY(cs_cuda_check_interrupt(ctx, f->passes * f->depth + t));
         CS_TRY(cs_refresh_halo(ctx, &L->g[cur], fold, mode, cval,
                                &filled[cur]));
+        if (t + 1 == f->remainder && ends->write_out) {
+            CS_TRY(cs_cuda_fold1d_step_out(ctx, &L->g[cur], fold, &L->dk,
+                                           ends->out.origin,
+                                           s->lane->flags + 1));
+            break;
+        }
         CS_TRY(cs_cuda_core_step(ctx, &L->g[cur], &L->g[1 - cur], &L->dk));
         cur = 1 - cur;
     }
@@ -384,8 +415,18 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
     return CS_OK;
 }
 
+cs_status
+cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
+                    cs_loop_args *L, const cs_plan *plan, cs_mode mode,
+                    double cval, int *cur_out)
+{
+    cs_loop_ends none;
+    memset(&none, 0, sizeof(none));
+    return step_loop(ctx, s, L, plan, &none, mode, cval, cur_out);
+}
+
 /* ------------------------------------------------------------------------
- * tb2d between the caller's device arrays
+ * between the caller's device arrays
  *
  * tb2d reads its input and writes its result at plain addresses (the
  * modes applied by index, no halo), so a float64 device grid need not be
@@ -394,6 +435,13 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
  * noting non-finite values in the lane's flags as the load and the store
  * would.  On the H100 the load and the store took about 2 ms of a
  * 100-step heat2d call on 10240^2 (14 ms; h100_e2e.md at 6991c80).
+ *
+ * A folded 1D grid does the same where its passes allow: the first tc1d
+ * pass reads the caller's contiguous float64 array as the fold's rows
+ * (tc1d's FLAT), and the last unfused step writes the caller's result
+ * (cs_cuda_fold1d_step_out).  The load and the store of a fold each took
+ * about 0.73 ms of heat1d's 100 steps on 2^27 points (8.4 ms; the device
+ * arrays then ran at 84% of the step loop, h100_e2e.md at 0070e77).
  * --------------------------------------------------------------------- */
 
 /* The caller's array `a` of extents n as a grid for tb2d: float64, unit
@@ -433,6 +481,57 @@ tb2d_between_arrays(const cs_grid_io *io, const cs_plan *plan,
            && plan->fusion.passes + (plan->fusion.remainder > 0) >= 1
            && tb2d_array_grid(io->dev_in, plan->run_shape, in)
            && tb2d_array_grid(io->dev_out, plan->run_shape, out);
+}
+
+/* The caller's 1D array `a` as the fold's rows one after another (pitch
+   w, no halo): float64, contiguous, 8-byte aligned.  0 when it is not
+   such an array. */
+static int
+fold_array_grid(const cs_darray *a, const cs_plan *plan, cs_dgrid *g)
+{
+    if (a == NULL || a->dtype != CS_DTYPE_FLOAT64
+        || a->strides[2] != (ptrdiff_t)sizeof(double)
+        || (uintptr_t)a->data % sizeof(double) != 0) {
+        return 0;
+    }
+    memset(g, 0, sizeof(*g));
+    g->origin = (double *)a->data;
+    g->n[0] = 1;
+    g->n[1] = plan->run_shape[1];
+    g->n[2] = plan->fold_width;
+    g->pitch = plan->fold_width;
+    return 1;
+}
+
+/* Which ends of a fold's run are the caller's arrays: the input where
+   a tc1d pass comes first, the result (not the input: a rerun reads
+   that) where an unfused step of a kernel fold1d_step_out takes comes
+   last. */
+static void
+fold_ends(const cs_grid_io *io, const cs_plan *plan,
+          const cs_kernel *kernel, cs_loop_ends *ends)
+{
+    if (!plan->fold || io->dev_in == NULL || io->dev_out == NULL) {
+        return;
+    }
+    ends->read_in = plan->pass == CS_PASS_TC1D && plan->fusion.passes >= 1
+                    && fold_array_grid(io->dev_in, plan, &ends->in);
+    ends->write_out = !io->out_reads_in && plan->fusion.remainder >= 1
+                      && kernel->size[2] <= CS_FOLD1D_STEP_MAX_K
+                      && fold_array_grid(io->dev_out, plan, &ends->out);
+}
+
+/* Where this run reads its input and writes its result (see above). */
+static void
+loop_ends(const cs_grid_io *io, const cs_plan *plan, const cs_kernel *kernel,
+          cs_loop_ends *ends)
+{
+    memset(ends, 0, sizeof(*ends));
+    if (tb2d_between_arrays(io, plan, &ends->in, &ends->out)) {
+        ends->read_in = ends->write_out = 1;
+        return;
+    }
+    fold_ends(io, plan, kernel, ends);
 }
 
 /* ------------------------------------------------------------------------
@@ -501,23 +600,18 @@ cs_engine_setup_grids(cs_cuda_ctx *ctx, cs_apply_state *s,
     return upload_params(ctx, s, kernel, plan, &L->dk, &L->dkc, &L->tc3.tile);
 }
 
-/* The step loop, timed with the lane's events when `timed`: between the
-   main grids, or from arrays[0] to arrays[1] (tb2d_passes) when `arrays`
-   is given. */
+/* The step loop, timed with the lane's events when `timed`, between
+   the ends `ends` names. */
 static cs_status
 timed_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, cs_loop_args *L,
            const cs_plan *plan, cs_mode mode, double cval, int timed,
-           const cs_dgrid *arrays, int *cur)
+           const cs_loop_ends *ends, int *cur)
 {
     if (timed) {
         CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_start, ctx->stream),
                       "cudaEventRecord (step loop start)");
     }
-    if (arrays != NULL) {
-        CS_TRY(tb2d_passes(ctx, s, L, plan, arrays, mode, cval, cur));
-    } else {
-        CS_TRY(cs_engine_step_loop(ctx, s, L, plan, mode, cval, cur));
-    }
+    CS_TRY(step_loop(ctx, s, L, plan, ends, mode, cval, cur));
     if (timed) {
         CS_CUDA_CHECK(ctx, cudaEventRecord(s->lane->loop_stop, ctx->stream),
                       "cudaEventRecord (step loop end)");
@@ -540,11 +634,11 @@ loop_seconds(cs_cuda_ctx *ctx, const cs_apply_state *s, double *seconds)
 
 /*
  * Take a block, upload the parameters, load the grid, run the step loop
- * of `plan`, store the result (tb2d between device arrays: the loop
- * alone), or, when the input or the result holds a value that is not
- * finite, run the masked path.  The step loop's
- * device time goes to *seconds when `timed` (the call waits for the
- * device anyway).
+ * of `plan`, store the result (between device arrays the loop reads
+ * or writes the caller's arrays where it can: loop_ends), or, when the
+ * input or the result holds a value that is not finite, run the masked
+ * path.  The step loop's device time goes to *seconds when `timed` (the
+ * call waits for the device anyway).
  */
 static cs_status
 run_on_device(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_grid_io *io,
@@ -558,17 +652,15 @@ run_on_device(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_grid_io *io,
                   cudaMemsetAsync(s->lane->flags, 0, 2 * sizeof(int),
                                   ctx->stream),
                   "cudaMemsetAsync (non-finite flags)");
-    cs_dgrid arrays[2];
-    const int between = tb2d_between_arrays(io, plan, &arrays[0],
-                                            &arrays[1]);
+    cs_loop_ends ends;
+    loop_ends(io, plan, kernel, &ends);
     int cur = 0;
-    int stored = between; /* the last pass wrote the result */
-    if (between) {
-        CS_TRY(timed_loop(ctx, s, &L, plan, mode, cval, timed, arrays,
-                          &cur));
-    } else {
+    int stored = ends.write_out; /* the last pass or step wrote it */
+    if (!ends.read_in) {
         CS_TRY(cs_load_grid(ctx, s->lane, io, plan, &L.g[0], buf[1]));
-        CS_TRY(timed_loop(ctx, s, &L, plan, mode, cval, timed, NULL, &cur));
+    }
+    CS_TRY(timed_loop(ctx, s, &L, plan, mode, cval, timed, &ends, &cur));
+    if (!ends.write_out) {
         CS_TRY(cs_stage_result(ctx, s->lane, io, plan, &L.g[cur],
                                buf[1 - cur], &stored));
     }

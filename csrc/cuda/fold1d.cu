@@ -160,6 +160,46 @@ fold1d_ends_kernel(const ends_params p)
     }
 }
 
+typedef struct step_out_params {
+    const double *src; /* point 0 of the fold (halo filled) */
+    ptrdiff_t pitch, w, n;
+    const double *weights; /* k taps, device */
+    int k, r;
+    double *out; /* the caller's n points */
+    int *out_flag;
+} step_out_params;
+
+/*
+ * One step of the kernel from the fold into the flat array: output q
+ * from the fold's row q / w, whose halo holds the points beyond its
+ * ends.  The taps are added in order, zero weights skipped, each with
+ * one fused multiply-add from 0, as cs_cuda_core_step adds them: the
+ * result is the one a step into the fold would give.
+ */
+__global__ void
+fold1d_step_out_kernel(const step_out_params p)
+{
+    const ptrdiff_t stride = (ptrdiff_t)gridDim.x * blockDim.x;
+    bool bad = false;
+    for (ptrdiff_t q = (ptrdiff_t)blockIdx.x * blockDim.x + threadIdx.x;
+         q < p.n; q += stride) {
+        const ptrdiff_t row = q / p.w;
+        const double *c = p.src + row * p.pitch + (q - row * p.w) - p.r;
+        double acc = 0.0;
+        for (int d = 0; d < p.k; d++) {
+            const double wv = __ldg(p.weights + d);
+            if (wv != 0.0) {
+                acc = fma(wv, c[d], acc);
+            }
+        }
+        p.out[q] = acc;
+        bad |= !isfinite(acc);
+    }
+    if (bad) {
+        *p.out_flag = 1; /* every writer writes 1: no ordering needed */
+    }
+}
+
 /* ------------------------------------------------------------------------
  * launchers
  * --------------------------------------------------------------------- */
@@ -244,4 +284,38 @@ cs_cuda_fold1d_fix_ends(cs_cuda_ctx *ctx, const cs_dgrid *src,
     const size_t smem = 2 * (size_t)strip * sizeof(double);
     fold1d_ends_kernel<<<2, 128, smem, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, "fold1d_ends_kernel");
+}
+
+cs_status
+cs_cuda_fold1d_step_out(cs_cuda_ctx *ctx, const cs_dgrid *src, ptrdiff_t n,
+                        const cs_dkernel *k, double *out, int *out_flag)
+{
+    const int r = (k->size[2] - 1) / 2;
+    const int ok = fold_is_valid(src, n) && out != NULL && out_flag != NULL
+                   && k->weights != NULL && k->size[0] == 1
+                   && k->size[1] == 1 && k->size[2] % 2 == 1
+                   && k->size[2] <= CS_FOLD1D_STEP_MAX_K
+                   && src->halo[2] >= r;
+    if (!ok) {
+        cs_cuda_message(ctx, "cs_cuda_fold1d_step_out: invalid grids or "
+                             "kernel");
+        return CS_ERR_INVALID;
+    }
+    step_out_params p;
+    p.src = src->origin;
+    p.pitch = src->pitch;
+    p.w = src->n[2];
+    p.n = n;
+    p.weights = k->weights;
+    p.k = k->size[2];
+    p.r = r;
+    p.out = out;
+    p.out_flag = out_flag;
+    const int block = 256;
+    ptrdiff_t blocks = CEIL_DIV(n, (ptrdiff_t)block);
+    if (blocks > 65536) {
+        blocks = 65536; /* grid-stride loop */
+    }
+    fold1d_step_out_kernel<<<(unsigned)blocks, block, 0, ctx->stream>>>(p);
+    return cs_cuda_check_launch(ctx, "fold1d_step_out_kernel");
 }

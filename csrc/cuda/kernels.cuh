@@ -130,6 +130,18 @@ cs_cuda_fold1d_fix_ends(cs_cuda_ctx *ctx, const cs_dgrid *src,
                         const cs_dgrid *dst, ptrdiff_t n, const cs_dkernel *k,
                         int depth, cs_mode mode, double cval);
 
+/*
+ * One unfused step of k (a {1, 1, kx} kernel, kx <= CS_FOLD1D_STEP_MAX_K)
+ * from the folded grid src (halo filled) into the caller's flat array
+ * `out` of n points, noting in *out_flag (device) a result that is not
+ * finite: the last step of a run between device arrays, which so needs
+ * no store from the fold.
+ */
+#define CS_FOLD1D_STEP_MAX_K 63
+cs_status
+cs_cuda_fold1d_step_out(cs_cuda_ctx *ctx, const cs_dgrid *src, ptrdiff_t n,
+                        const cs_dkernel *k, double *out, int *out_flag);
+
 /* ---- cudacore.cu ------------------------------------------------------ */
 
 /*
@@ -310,10 +322,26 @@ cs_cuda_tc1d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *layout,
 size_t
 cs_cuda_tc1d_smem_bytes(const cs_layout2d *layout);
 
-/* One pass: every row of out's interior from in (x-halo >= (P-1)/2). */
+/* A pass's input read from the caller's 1D array (tc1d.cu's FLAT). */
+typedef struct cs_tc1d_flat {
+    ptrdiff_t points; /* the grid's points */
+    cs_mode mode;     /* what a point beyond either end reads */
+    double cval;
+    int *in_flag;     /* device: set to 1 when a point is not finite */
+} cs_tc1d_flat;
+
+/*
+ * One pass: every row of out's interior from in.  flat NULL: `in` is the
+ * fold's padded grid (x-halo >= (P-1)/2, filled).  Otherwise `in` views
+ * the caller's array of flat->points doubles as rows of w = n[2] points
+ * one after another (pitch w, no halo), and the kernel reads what the
+ * padded grid's cells would hold (a row's halo: the next rows' points;
+ * beyond either end: the mode's value), noting non-finite points, so a
+ * device array needs no load into the fold before the first pass.
+ */
 cs_status
 cs_cuda_tc1d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-                  const cs_tc2d_plan *plan);
+                  const cs_tc2d_plan *plan, const cs_tc1d_flat *flat);
 
 /* ---- tc3d.cu ---------------------------------------------------------- */
 

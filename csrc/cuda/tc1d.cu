@@ -83,9 +83,41 @@ typedef struct tc1d_params {
     const int *lut;
     const double *wa; /* kpad x G, row-major */
     const double *wb;
+    /* FLAT: `in` is the caller's 1D array of `points` doubles, rows of
+       in_pitch = nx points one after another with no halo (tc1d_flat) */
+    ptrdiff_t points;
+    cs_mode mode;
+    double cval;
+    int *in_flag; /* set to 1 where a point is not finite */
 } tc1d_params;
 
-template <int P>
+/*
+ * FLAT: the value cell (row, col) of the fold's padded grid would hold
+ * (fold1d.cu) read from the caller's flat array: point row * w + col,
+ * or beyond either end the point the mode maps it to (constant: cval);
+ * 0 past the cells the padded grid has, as the plain load reads there.
+ * `bad` notes a point of the grid that is not finite.
+ */
+static __device__ __forceinline__ double
+tc1d_flat_cell(const tc1d_params &p, ptrdiff_t row, ptrdiff_t col,
+               bool &bad)
+{
+    if (row >= p.lim_y || col >= p.lim_x) {
+        return 0.0;
+    }
+    const ptrdiff_t q = row * p.in_pitch + col;
+    if (q >= 0 && q < p.points) {
+        const double v = p.in[q];
+        bad |= !isfinite(v);
+        return v;
+    }
+    if (p.mode == CS_MODE_CONSTANT) {
+        return p.cval;
+    }
+    return p.in[cs_extend_index(q, p.points, p.mode)];
+}
+
+template <int P, bool FLAT>
 __global__ void __launch_bounds__(T1_THREADS, 2)
 tc1d_kernel(const tc1d_params p)
 {
@@ -129,20 +161,30 @@ tc1d_kernel(const tc1d_params p)
     const int ey = T::COLS + tid % EXTRA_COLS; /* tile column */
     const int ex = tid / EXTRA_COLS;           /* tile row */
     double v[T::COLS_PER_THREAD][T::TR];
+    bool bad = false; /* FLAT: a point that is not finite */
 #pragma unroll
     for (int c = 0; c < T::COLS_PER_THREAD; c++) {
         const ptrdiff_t gx = gx0 + T1_THREADS * c;
         const double *src = p.in + i0 * p.in_pitch + gx;
 #pragma unroll
         for (int r = 0; r < T::TR; r++) {
-            const bool ok = gx < p.lim_x && i0 + r < p.lim_y;
-            v[c][r] = ok ? src[r * p.in_pitch] : 0.0;
+            if constexpr (FLAT) {
+                v[c][r] = tc1d_flat_cell(p, i0 + r, gx, bad);
+            } else {
+                const bool ok = gx < p.lim_x && i0 + r < p.lim_y;
+                v[c][r] = ok ? src[r * p.in_pitch] : 0.0;
+            }
         }
     }
     double ev = 0.0;
     const ptrdiff_t egx = j0 - HALO + ey;
-    if (has_extra && i0 + ex < p.lim_y && egx < p.lim_x) {
+    if (FLAT && has_extra) {
+        ev = tc1d_flat_cell(p, i0 + ex, egx, bad);
+    } else if (has_extra && i0 + ex < p.lim_y && egx < p.lim_x) {
         ev = p.in[(i0 + ex) * p.in_pitch + egx];
+    }
+    if (FLAT && bad) {
+        *p.in_flag = 1; /* every writer writes 1: no ordering needed */
     }
 
     /* ---- row tails P*TR .. ld-1: read by the last k-step of the last
@@ -277,42 +319,72 @@ cs_cuda_tc1d_check_layout(cs_cuda_ctx *ctx, const cs_layout2d *L,
     return CS_OK;
 }
 
-template <int P>
+/* flat: the fields FLAT reads (`in` a flat view, see cs_cuda_tc1d_pass);
+   NULL for a padded grid. */
+template <int P, bool FLAT>
 static cs_status
 launch_tc1d(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-            const cs_tc2d_plan *plan, const char *name)
+            const cs_tc2d_plan *plan, const cs_tc1d_flat *flat,
+            const char *name)
 {
     typedef tc1d_geometry<P> T;
     tc1d_params p;
     ptrdiff_t tiles = 0;
     CS_TRY(tc_params_fill(ctx, in, out, plan, T::TR, T::COLS, name, &p,
                           &tiles));
+    p.points = 0;
+    p.mode = CS_MODE_CONSTANT;
+    p.cval = 0.0;
+    p.in_flag = NULL;
+    if (FLAT) {
+        p.points = flat->points;
+        p.mode = flat->mode;
+        p.cval = flat->cval;
+        p.in_flag = flat->in_flag;
+        p.lim_x = p.nx + (P - 1) / 2; /* the padded grid's x-halo */
+    }
     const size_t smem = 2 * (size_t)plan->matrix_size * sizeof(double);
-    CS_TRY(tc_allow_smem(ctx, tc1d_kernel<P>, smem, name));
+    CS_TRY(tc_allow_smem(ctx, tc1d_kernel<P, FLAT>, smem, name));
     const unsigned blocks = (unsigned)tiles;
-    tc1d_kernel<P><<<blocks, T1_THREADS, smem, ctx->stream>>>(p);
+    tc1d_kernel<P, FLAT><<<blocks, T1_THREADS, smem, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, name);
 }
 
 cs_status
 cs_cuda_tc1d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-                  const cs_tc2d_plan *plan)
+                  const cs_tc2d_plan *plan, const cs_tc1d_flat *flat)
 {
     const int P = plan->payload;
     int ok = in->origin != NULL && out->origin != NULL
              && in->origin != out->origin && plan->lut != NULL
              && plan->wa != NULL && plan->wb != NULL && plan->ky == 1
              && (P == 15 || P == 31) && in->n[0] == 1
-             && in->halo[2] >= (P - 1) / 2
              && ((uintptr_t)out->origin % 16) == 0 && out->pitch % 2 == 0
              && ((uintptr_t)plan->lut % 16) == 0;
     for (int a = 0; a < 3 && ok; a++) {
         ok = in->n[a] == out->n[a] && in->n[a] >= 1;
     }
+    if (flat == NULL) {
+        ok = ok && in->halo[2] >= (P - 1) / 2;
+    } else { /* the points one after another, no halo, all of them read */
+        ok = ok && in->pitch == in->n[2] && in->halo[1] == 0
+             && in->halo[2] == 0 && flat->in_flag != NULL
+             && flat->points >= 1 && flat->points <= in->n[1] * in->n[2]
+             && flat->points > (in->n[1] - 1) * in->n[2]
+             && (int)flat->mode >= 0 && (int)flat->mode < CS_MODE_COUNT;
+    }
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tc1d_pass: invalid grids or plan");
         return CS_ERR_INVALID;
     }
-    return P == 15 ? launch_tc1d<15>(ctx, in, out, plan, "tc1d_kernel<P=15>")
-                   : launch_tc1d<31>(ctx, in, out, plan, "tc1d_kernel<P=31>");
+    if (flat != NULL) {
+        return P == 15 ? launch_tc1d<15, true>(ctx, in, out, plan, flat,
+                                               "tc1d_kernel<P=15, flat>")
+                       : launch_tc1d<31, true>(ctx, in, out, plan, flat,
+                                               "tc1d_kernel<P=31, flat>");
+    }
+    return P == 15 ? launch_tc1d<15, false>(ctx, in, out, plan, NULL,
+                                            "tc1d_kernel<P=15>")
+                   : launch_tc1d<31, false>(ctx, in, out, plan, NULL,
+                                            "tc1d_kernel<P=31>");
 }
