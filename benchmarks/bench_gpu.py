@@ -24,6 +24,10 @@ data.  Results are checked: the tensor-core and CUDA-core paths against
 each other and against CuPy (relative error <= 1e-12) on the benchmark
 grid.
 
+A name "randomKxK" in --presets stands for a full-rank K x K kernel of
+random positive weights summing to 1 (seed RANDOM_SEED; its records name
+it as `kernel` "random KxK" with its `seed`, not as a preset).
+
 Shapes that are no multiple of any tile (--odd1d, --odd2d, --odd3d) run
 convstencil only, and the table compares them with the main shape of
 the same dimension at the same position in the list.
@@ -37,6 +41,7 @@ Needs CuPy and PyTorch (baselines only; the package imports neither).
 import argparse
 import math
 import os
+import re
 import sys
 import time
 
@@ -49,6 +54,19 @@ import convstencil as cs  # noqa: E402
 
 SYSTEMS = {"convstencil-tc": "cuda-tc", "convstencil-cudacore": "cuda-core",
            "convstencil-auto": "cuda"}
+RANDOM_SEED = 7
+
+
+def kernel_of(name):
+    """(weights, what a record calls them) of a preset or "randomKxK"."""
+    m = re.fullmatch(r"random(\d+)x\1", name)
+    if m is None:
+        return cs.Stencil(name).weights, dict(preset=name)
+    k = int(m.group(1))
+    w = np.random.default_rng(RANDOM_SEED).uniform(0.1, 1.0, (k, k))
+    w /= w.sum()
+    assert np.linalg.matrix_rank(w) == k
+    return w, dict(kernel="random %dx%d" % (k, k), seed=RANDOM_SEED)
 
 
 def steps_for(seconds_per_step, min_seconds, multiple):
@@ -59,12 +77,12 @@ def steps_for(seconds_per_step, min_seconds, multiple):
 # ---------------------------------------------------------------------------
 # convstencil
 
-def time_convstencil(grid, name, backend, min_seconds, repeat):
+def time_convstencil(grid, name, w, backend, min_seconds, repeat):
     """Median device seconds of the step loop, steps, info, wall seconds;
     None when the backend does not run this stencil (ValueError)."""
     probe = 30
     try:
-        cs.apply(grid, name, steps=probe, backend=backend)  # warm-up
+        cs.apply(grid, weights=w, steps=probe, backend=backend)  # warm-up
     except ValueError as e:
         print("  %-10s %-21s not run: %s" % (name, backend, e), flush=True)
         return None
@@ -73,7 +91,7 @@ def time_convstencil(grid, name, backend, min_seconds, repeat):
     times, walls = [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        cs.apply(grid, name, steps=steps, backend=backend)
+        cs.apply(grid, weights=w, steps=steps, backend=backend)
         walls.append(time.perf_counter() - t0)
         times.append(cs.last_run_info()["device_seconds"])
     return (float(np.median(times)), steps, cs.last_run_info(),
@@ -212,7 +230,8 @@ def main():
     records = []
 
     def record(preset, grid_shape, steps, system, gs, **extra):
-        records.append(dict(prov, preset=preset, shape=list(grid_shape),
+        records.append(dict(prov, **kernel_of(preset)[1],
+                            shape=list(grid_shape),
                             steps=steps, system=system, gstencils_per_s=gs,
                             mode="constant", **extra))
         print("  %-10s %-14s %-21s steps %5d  %8.2f GStencils/s %s"
@@ -224,9 +243,8 @@ def main():
 
     table = []  # (preset, main shape, odd shape or None, results)
     for name in args.presets.split(","):
-        stencil = cs.Stencil(name)
-        w = stencil.weights
-        for shape, odd in zip(sizes[stencil.ndim], odds[stencil.ndim]):
+        w = kernel_of(name)[0]
+        for shape, odd in zip(sizes[w.ndim], odds[w.ndim]):
             row = {}
             table.append((name, shape, odd, row))
             for grid_shape in [shape] + ([odd] if odd else []):
@@ -250,11 +268,11 @@ def bench_grid(cp, ndi, torch, rng, args, name, w, grid_shape, main_shape,
     n = grid.size
     # correctness on this grid: both paths, and CuPy
     steps_check = 7
-    core = cs.apply(grid, name, steps=steps_check, backend="cuda-core")
+    core = cs.apply(grid, weights=w, steps=steps_check, backend="cuda-core")
     try:
-        tc = cs.apply(grid, name, steps=steps_check, backend="cuda-tc")
+        tc = cs.apply(grid, weights=w, steps=steps_check, backend="cuda-tc")
     except ValueError:
-        tc = cs.apply(grid, name, steps=steps_check, backend="cuda")
+        tc = cs.apply(grid, weights=w, steps=steps_check, backend="cuda")
     err = rel_error(tc, core)
     if main_shape:
         err = max(err, rel_error(tc, one_cupy_result(
@@ -264,7 +282,7 @@ def bench_grid(cp, ndi, torch, rng, args, name, w, grid_shape, main_shape,
                          % (name, grid_shape, err))
     del tc, core
     for system, backend in SYSTEMS.items():
-        timed = time_convstencil(grid, name, backend, args.min_seconds,
+        timed = time_convstencil(grid, name, w, backend, args.min_seconds,
                                  args.repeat)
         if timed is None:
             continue

@@ -78,8 +78,9 @@ cs_tb2d_max_depth(const int size[3], const double *weights)
     if (k == 3) {
         return CS_TB2D_MAX_DEPTH;
     }
-    if ((k != 5 && k != 7) || !cs_taps_plus(k, weights)) {
-        return 0;
+    const int taps = cs_cc2d_taps(size, weights);
+    if (taps != CS_CC2D_PLUS && taps != CS_CC2D_RANK1) {
+        return 0; /* other sides; a full-rank box of k * k taps a cell */
     }
     return k == 5 ? CS_TB2D_MAX_DEPTH_5 : CS_TB2D_MAX_DEPTH_7;
 }
@@ -290,10 +291,10 @@ plan_tb2d(const cs_kernel *k, int max_depth, long steps, const cs_caps *caps,
     }
 }
 
-/* CUDA cores: a planar 3 x 3 kernel or a planar plus of side 5 or 7 runs
-   temporally blocked (tb2d); a 7-point star in 3D fuses two steps per
-   cc3d pass (at most two: fused_band.cu recomputes the band of two
-   steps); every other kernel runs step by step. */
+/* CUDA cores: a planar 3 x 3 kernel, or a planar plus or outer product
+   of side 5 or 7, runs temporally blocked (tb2d); a 7-point star in 3D
+   fuses two steps per cc3d pass (at most two: fused_band.cu recomputes
+   the band of two steps); every other kernel runs step by step. */
 static cs_status
 plan_cuda_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
                long steps, const cs_caps *caps, cs_plan *plan)

@@ -57,11 +57,11 @@ cs_cc2d_taps(const int size[3], const double *weights);
 /*
  * The most steps per pass tb2d runs of one plane of k x k weights (size
  * {1, k, k}): CS_TB2D_MAX_DEPTH for k = 3, CS_TB2D_MAX_DEPTH_5 (4) for
- * a plus of side 5 and CS_TB2D_MAX_DEPTH_7 (3) of side 7 (their margins,
- * k - 1 columns per step, and the partial
+ * a plus or an outer product of side 5 and CS_TB2D_MAX_DEPTH_7 (3) of
+ * side 7 (their margins, k - 1 columns per step, and the partial
  * rows each step keeps in registers: deeper ones spill, and star2d13p ran
  * slower at 4, h100_2d_tb2d_depth.md); 0 when tb2d does not run the
- * kernel (other extents, a box of side 5 or 7).
+ * kernel (other extents, a full-rank box of side 5 or 7).
  */
 int
 cs_tb2d_max_depth(const int size[3], const double *weights);
@@ -80,8 +80,9 @@ typedef enum cs_pass_kind {
     CS_PASS_TC1D = 2,   /* tensor cores, a 1D kernel of 9..31 points */
     CS_PASS_TC3D = 3,   /* tensor cores, several z-planes */
     CS_PASS_CC3D = 4,   /* CUDA cores: a 7-point star's square, cc3d */
-    CS_PASS_TB2D = 5    /* CUDA cores: `depth` steps of a planar 3 x 3
-                           kernel per trip through memory (tb2d) */
+    CS_PASS_TB2D = 5    /* CUDA cores: `depth` steps of a planar kernel
+                           (cs_tb2d_max_depth's) per trip through memory
+                           (tb2d) */
 } cs_pass_kind;
 
 /* How the outputs near an edge that a fused pass gets wrong are fixed. */

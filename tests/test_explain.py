@@ -217,8 +217,11 @@ _FILES = ("h100_e2e", "h100_1d", "h100_2d", "h100_3d", "h100_3d_paths",
 def _kernel(record):
     if "preset" in record:
         return preset_weights(record["preset"])
-    kind, side = record["kernel"].split()  # "box 5x5x5", "ball 7x7x7"
+    kind, side = record["kernel"].split()  # "box 5x5x5", "random 7x7"
     k = int(side.split("x")[0])
+    if kind == "random":  # as benchmarks/bench_gpu.py draws it
+        w = np.random.default_rng(record["seed"]).uniform(0.1, 1.0, (k, k))
+        return w / w.sum()
     if kind == "box":
         return np.ones((k,) * 3)
     return (np.abs(np.indices((k,) * 3) - k // 2).sum(axis=0)

@@ -526,7 +526,8 @@ def test_out_of_device_memory_is_a_memory_error():
 
 
 # ---------------------------------------------------------------------------
-# tb2d: planar 3 x 3 kernels and pluses temporally blocked on CUDA cores
+# tb2d: planar 3 x 3 kernels, pluses and outer products temporally blocked
+# on CUDA cores
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("shape", [(16, 16), (17, 300), (301, 129),
@@ -565,6 +566,31 @@ def test_tb2d_random_pluses(side, top, shape, mode, cval, rng):
     w[r, :] = rng.uniform(-0.5, 1.0, side)
     w[:, r] = rng.uniform(-0.5, 1.0, side)
     w /= np.abs(w).sum()
+    if len(shape) == 3:
+        w = w[None]
+    for steps in (1, top, 2 * top + 1, 13):
+        infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps,
+                                mode, cval,
+                                dict(shape=shape, steps=steps, side=side,
+                                     seed=rng.seed),
+                                backends=("cuda-core",))
+        cc = infos["cuda-core"]
+        assert cc["fused_depth"] == min(top, steps), cc
+
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("shape", [(16, 16), (17, 300), (301, 129),
+                                   (3, 40, 50), (1000, 1100)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("side,top", [(5, 4), (7, 3)])
+def test_tb2d_random_outer_products(side, top, shape, mode, cval, rng):
+    """Random signed outer products of sides 5 and 7 (box2d49p's shape,
+    dyadic factors: every product exact) on the grids above, each row
+    filtered once: one pass, passes plus a tail pass of every kind."""
+    nonzero = np.r_[-4:0, 1:9]
+    w = np.outer(rng.choice(nonzero, side) / 8.0,
+                 rng.integers(1, 9, side) / 16.0)
+    w /= 2.0 ** np.ceil(np.log2(np.abs(w).sum()))  # exact: a power of two
     if len(shape) == 3:
         w = w[None]
     for steps in (1, top, 2 * top + 1, 13):

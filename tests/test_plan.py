@@ -46,16 +46,23 @@ def is_plus(w2):
     return not np.any(w2[off])
 
 
+def is_outer(w2):
+    """w2 an outer product of two vectors (rank one; the tests' outer
+    products are exact)."""
+    return np.linalg.matrix_rank(w2) == 1
+
+
 def tb2d_max_depth(w):
     """tb2d's most steps per pass of w (0: tb2d does not run it): any
-    planar 3 x 3 kernel 8, a planar plus of side 5 4, of side 7 3."""
+    planar 3 x 3 kernel 8, a planar plus or outer product of side 5 4,
+    of side 7 3."""
     kz, ky, kx = sides3(w)
     if kz != 1 or ky != kx:
         return 0
     if ky == 3:
         return 8
     w2 = w.reshape(ky, kx)
-    return {5: 4, 7: 3}.get(ky, 0) if is_plus(w2) else 0
+    return {5: 4, 7: 3}.get(ky, 0) if is_plus(w2) or is_outer(w2) else 0
 
 
 def check_plan_rules(p, w, shape, mode, steps, max_depth=0):
@@ -141,11 +148,11 @@ def test_presets_auto(name, steps, mode):
 
 def test_auto_paths_of_the_presets():
     """Tensor cores where they fuse (every 1D preset, the 3x3 2D ones);
-    CUDA cores for planar squares of side 5 and 7 (a plus temporally
-    blocked on tb2d) and the 3D presets, which cc2d and cc3d run faster
-    (csrc/plan.c)."""
+    CUDA cores for planar squares of side 5 and 7 (a plus and an outer
+    product temporally blocked on tb2d) and the 3D presets, which cc3d
+    runs faster (csrc/plan.c)."""
     want = {"heat1d": "tc1d", "1d5p": "tc1d", "heat2d": "tc2d",
-            "box2d9p": "tc2d", "star2d13p": "tb2d", "box2d49p": "none",
+            "box2d9p": "tc2d", "star2d13p": "tb2d", "box2d49p": "tb2d",
             "heat3d": "cc3d", "box3d27p": "none"}
     for name, pass_kind in want.items():
         w = preset_weights(name)
@@ -215,18 +222,24 @@ def test_cuda_core_fuses_only_the_7_point_star():
 
 
 @pytest.mark.parametrize("side", [5, 7])
-def test_tb2d_takes_pluses_not_boxes(side, rng):
-    """tb2d runs pluses of sides 5 and 7; a box of those sides (or a
-    plus with one weight off its arms) steps one by one on cc2d."""
+def test_tb2d_takes_pluses_and_outer_products_not_boxes(side, rng):
+    """tb2d runs pluses and outer products of sides 5 and 7; a full-rank
+    box of those sides (a plus with one weight off its arms, an outer
+    product with one weight changed) steps one by one on cc2d."""
+    top = {5: 4, 7: 3}[side]
     w = np.zeros((side, side))
     r = side // 2
     w[r, :] = rng.uniform(-1, 1, side)
     w[:, r] = rng.uniform(-1, 1, side)
-    p = _core.plan((100, 100), w, MODE["mirror"], 9, CC)
-    assert (p["pass"], p["fused_depth"]) == ("tb2d", {5: 4, 7: 3}[side]), p
-    w[0, 0] = 0.01
-    p = _core.plan((100, 100), w, MODE["mirror"], 9, CC)
-    assert (p["pass"], p["fused_depth"]) == ("none", 1), p
+    # dyadic factors: every product exact
+    outer = np.outer(rng.choice(np.r_[-4:0, 1:9], side) / 8.0,
+                     rng.integers(1, 9, side) / 16.0)
+    for kernel in (w, outer):
+        p = _core.plan((100, 100), kernel, MODE["mirror"], 9, CC)
+        assert (p["pass"], p["fused_depth"]) == ("tb2d", top), p
+        kernel[0, 0] += 0.01
+        p = _core.plan((100, 100), kernel, MODE["mirror"], 9, CC)
+        assert (p["pass"], p["fused_depth"]) == ("none", 1), p
 
 
 def test_too_small_for_the_band_is_not_fused():
@@ -303,12 +316,12 @@ def test_cpu_tc_runs_the_tensor_core_plan(name, steps, mode, rng):
 
 @pytest.mark.parametrize("steps", [1, 5, 8, 9, 100])
 @pytest.mark.parametrize("name,top", [("heat2d", 8), ("box2d9p", 8),
-                                      ("star2d13p", 3)])
+                                      ("star2d13p", 3), ("box2d49p", 3)])
 def test_tb2d_on_cuda_cores(name, top, steps):
-    """Planar 3 x 3 kernels and pluses on CUDA cores run temporally
-    blocked: passes of their most steps, the remainder as one more pass,
-    no band (the modes are applied inside the block); grids under 16 rows
-    or columns step one by one."""
+    """Planar 3 x 3 kernels, pluses and outer products on CUDA cores run
+    temporally blocked: passes of their most steps, the remainder as one
+    more pass, no band (the modes are applied inside the block); grids
+    under 16 rows or columns step one by one."""
     w = preset_weights(name)
     d = min(top, steps)
     for mode in MODES:

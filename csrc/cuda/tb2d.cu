@@ -103,17 +103,21 @@ launch_depth(cs_cuda_ctx *ctx, tbs_params *p, int depth)
 /* The instance for the kernel's side, tap set and `depth` (1 to
    cs_tb2d_max_depth's): 3 x 3 boxes, pluses and outer products
    (tb2d_3x3.cu, tb2d_3x3_deep.cu, tb2d_rank1.cu), pluses of sides 5 and
-   7 (tb2d_plus.cu). */
+   7 (tb2d_plus.cu) and outer products of sides 5 and 7
+   (tb2d_rank1_wide.cu). */
 template <bool FLAGS>
 static cs_status
 tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int shape)
 {
-    constexpr int P = CS_CC2D_PLUS;
+    constexpr int P = CS_CC2D_PLUS, O = CS_CC2D_RANK1;
+    constexpr int D5 = CS_TB2D_MAX_DEPTH_5, D7 = CS_TB2D_MAX_DEPTH_7;
     if (side == 7) {
-        return launch_depth<3, P, FLAGS, CS_TB2D_MAX_DEPTH_7>(ctx, p, depth);
+        return shape == O ? launch_depth<3, O, FLAGS, D7>(ctx, p, depth)
+                          : launch_depth<3, P, FLAGS, D7>(ctx, p, depth);
     }
     if (side == 5) {
-        return launch_depth<2, P, FLAGS, CS_TB2D_MAX_DEPTH_5>(ctx, p, depth);
+        return shape == O ? launch_depth<2, O, FLAGS, D5>(ctx, p, depth)
+                          : launch_depth<2, P, FLAGS, D5>(ctx, p, depth);
     }
     constexpr int TOP = CS_TB2D_MAX_DEPTH;
     switch (shape) {
@@ -154,10 +158,10 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.in_flag = in_flag;
     p.out_flag = out_flag;
     memcpy(p.w, k->host_weights, sizeof(double) * side * side);
-    /* a 3 x 3 outer product filters each row once (6 multiply-adds a
-       cell, not 9); the planner takes tb2d only for pluses at sides 5
-       and 7 */
-    const int shape = side == 3 ? cs_cc2d_taps(k->size, p.w) : CS_CC2D_PLUS;
+    /* an outer product filters each row once (2 k multiply-adds a cell,
+       not k * k); the planner takes tb2d at sides 5 and 7 only for
+       pluses and outer products */
+    const int shape = cs_cc2d_taps(k->size, p.w);
     if (shape == CS_CC2D_RANK1
         && !cs_outer_factors(side, side, p.w, p.col, p.row)) {
         cs_cuda_message(ctx, "cs_cuda_tb2d_pass: no outer factors");
