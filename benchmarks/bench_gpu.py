@@ -349,10 +349,10 @@ def markdown(table, args, prov, bandwidth, floor):
     if any(len(shape) == 2 for _, shape, _, _ in table):
         lines += ["", "CUDA cores: planar 3 x 3 kernels (heat2d, box2d9p) "
                   "run temporally blocked on tb2d, up to 8 steps per pass, "
-                  "and pluses of side 5 and 7 (star2d13p) up to 4 and 3; "
-                  "other planar squares of side 5 and 7 on cc2d, as a sum "
-                  "along x then along y for an outer product (box2d49p); "
-                  "other kernels take every tap (docs/ARCHITECTURE.md)."]
+                  "and pluses and outer products of side 5 and 7 "
+                  "(star2d13p, box2d49p) up to 4 and 3; full-rank planar "
+                  "squares of side 5 and 7 (random7x7) step by step on "
+                  "cc2d, every tap (docs/ARCHITECTURE.md)."]
     return "\n".join(lines) + "\n"
 
 
