@@ -46,7 +46,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 import convstencil as cs  # noqa: E402
-from convstencil import _core  # noqa: E402
 
 SIZES = {"heat1d": (1 << 27,), "1d5p": (1 << 27,),
          "heat2d": (10240, 10240), "box2d9p": (10240, 10240),
