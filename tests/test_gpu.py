@@ -553,29 +553,22 @@ def test_tb2d_random_kernels(shape, mode, cval, rng):
             assert cc["fused_depth"] == min(8, steps), cc
 
 
-@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
-@pytest.mark.parametrize("shape", [(16, 16), (17, 300), (301, 129),
-                                   (3, 40, 50), (1000, 1100)],
-                         ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("side,top", [(5, 4), (7, 3)])
-def test_tb2d_random_pluses(side, top, shape, mode, cval, rng):
-    """Random signed pluses of sides 5 and 7 (star2d13p's shape) on the
-    grids above: one pass, passes plus a tail pass of every kind."""
+def random_plus(rng, side):
+    """Random signed weights on the centre row and column (star2d13p's
+    shape)."""
     r = side // 2
     w = np.zeros((side, side))
     w[r, :] = rng.uniform(-0.5, 1.0, side)
     w[:, r] = rng.uniform(-0.5, 1.0, side)
-    w /= np.abs(w).sum()
-    if len(shape) == 3:
-        w = w[None]
-    for steps in (1, top, 2 * top + 1, 13):
-        infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps,
-                                mode, cval,
-                                dict(shape=shape, steps=steps, side=side,
-                                     seed=rng.seed),
-                                backends=("cuda-core",))
-        cc = infos["cuda-core"]
-        assert cc["fused_depth"] == min(top, steps), cc
+    return w / np.abs(w).sum()
+
+
+def random_outer(rng, side):
+    """Random signed outer product (box2d49p's shape), dyadic factors so
+    that every product is exact and the planner sees rank one."""
+    w = np.outer(rng.choice(np.r_[-4:0, 1:9], side) / 8.0,
+                 rng.integers(1, 9, side) / 16.0)
+    return w / 2.0 ** np.ceil(np.log2(np.abs(w).sum()))  # a power of two
 
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
@@ -583,14 +576,14 @@ def test_tb2d_random_pluses(side, top, shape, mode, cval, rng):
                                    (3, 40, 50), (1000, 1100)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("side,top", [(5, 4), (7, 3)])
-def test_tb2d_random_outer_products(side, top, shape, mode, cval, rng):
-    """Random signed outer products of sides 5 and 7 (box2d49p's shape,
-    dyadic factors: every product exact) on the grids above, each row
-    filtered once: one pass, passes plus a tail pass of every kind."""
-    nonzero = np.r_[-4:0, 1:9]
-    w = np.outer(rng.choice(nonzero, side) / 8.0,
-                 rng.integers(1, 9, side) / 16.0)
-    w /= 2.0 ** np.ceil(np.log2(np.abs(w).sum()))  # exact: a power of two
+@pytest.mark.parametrize("make", [random_plus, random_outer],
+                         ids=["plus", "outer"])
+def test_tb2d_random_pluses_and_outer_products(make, side, top, shape, mode,
+                                                cval, rng):
+    """Random pluses and outer products of sides 5 and 7 on the grids
+    above (an outer product's rows filtered once): one pass, passes plus
+    a tail pass of every kind."""
+    w = make(rng, side)
     if len(shape) == 3:
         w = w[None]
     for steps in (1, top, 2 * top + 1, 13):

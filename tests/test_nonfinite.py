@@ -162,6 +162,31 @@ def test_device_arrays(rng):
     assert cs.last_run_info()["nonfinite"] is False
 
 
+def check_masked_device_run(cp, grid, host, w, steps, mode, cval, backend,
+                            ctx):
+    """A run on the device array `grid` (holding `host`, which has a
+    value that is not finite) takes the masked path, gives SciPy's
+    result and leaves the grid as it was."""
+    want = scipy_steps(host, w, steps, mode, cval)
+    got = cs.apply(grid, weights=w, steps=steps, mode=mode, cval=cval,
+                   backend=backend)
+    info = cs.last_run_info()
+    assert info["nonfinite"] is True, info
+    assert_same_nonfinite(cp.asnumpy(got), want, ctx)
+    assert_same_nonfinite(cp.asnumpy(grid), host, ctx)
+
+
+def check_overflow_noted(cp, host, w, steps, mode, backend):
+    """Finite input whose result passes DBL_MAX: the run that writes the
+    result notes it, and the masked path gives SciPy's infinities."""
+    want = scipy_steps(host, w, steps, mode, 0.0)
+    assert np.isinf(want).any()
+    got = cs.apply(cp.asarray(host), weights=w, steps=steps, mode=mode,
+                   backend=backend)
+    assert cs.last_run_info()["nonfinite"] is True
+    assert_same_nonfinite(cp.asnumpy(got), want, dict(mode=mode))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", MODES)
 def test_tb2d_between_device_arrays(mode, rng):
@@ -177,27 +202,17 @@ def test_tb2d_between_device_arrays(mode, rng):
         for kind in ("nan-middle", "inf-edges", "nan-row"):
             host = grid_with(rng, (70, 150), kind)
             for steps in (4, 11):  # one pass; two passes of depths 8, 3
-                want = scipy_steps(host, w, steps, mode, 0.25)
                 # rows padded to 160 elements: tb2d reads them as they are
                 wide = cp.asarray(rng.random((70, 160)))
                 grid = wide[:, :150]
                 grid[...] = cp.asarray(host)
-                got = cs.apply(grid, name, steps=steps, mode=mode, cval=0.25,
-                               backend="cuda-core")
-                info = cs.last_run_info()
-                assert info["nonfinite"] is True, info
-                ctx = dict(name=name, kind=kind, steps=steps, mode=mode)
-                assert_same_nonfinite(cp.asnumpy(got), want, ctx)
-                assert_same_nonfinite(cp.asnumpy(grid), host, ctx)
+                check_masked_device_run(
+                    cp, grid, host, w, steps, mode, 0.25, "cuda-core",
+                    dict(name=name, kind=kind, steps=steps, mode=mode))
     # finite input, a result past DBL_MAX: the last pass notes it
-    host = rng.uniform(1e306, 2e306, (40, 50))
-    w = cs.Stencil("box2d9p").weights * 2.0
-    want = scipy_steps(host, w, 11, mode, 0.0)
-    assert np.isinf(want).any()
-    got = cs.apply(cp.asarray(host), weights=w, steps=11, mode=mode,
-                   backend="cuda-core")
-    assert cs.last_run_info()["nonfinite"] is True
-    assert_same_nonfinite(cp.asnumpy(got), want, dict(mode=mode))
+    check_overflow_noted(cp, rng.uniform(1e306, 2e306, (40, 50)),
+                         cs.Stencil("box2d9p").weights * 2.0, 11, mode,
+                         "cuda-core")
     # finite all along: the fast path's result stands
     host = rng.random((40, 50))
     got = cs.apply(cp.asarray(host), "heat2d", steps=11, mode=mode,
@@ -221,15 +236,9 @@ def test_fold_between_device_arrays(mode, rng):
         w = cs.Stencil(name).weights
         for kind in ("nan-middle", "inf-edges", "nan-row"):
             host = grid_with(rng, (10007,), kind)
-            want = scipy_steps(host, w, steps, mode, 0.25)
-            grid = cp.asarray(host)
-            got = cs.apply(grid, name, steps=steps, mode=mode, cval=0.25,
-                           backend="cuda-tc")
-            info = cs.last_run_info()
-            assert info["nonfinite"] is True, info
-            ctx = dict(name=name, kind=kind, steps=steps, mode=mode)
-            assert_same_nonfinite(cp.asnumpy(got), want, ctx)
-            assert_same_nonfinite(cp.asnumpy(grid), host, ctx)
+            check_masked_device_run(
+                cp, cp.asarray(host), host, w, steps, mode, 0.25, "cuda-tc",
+                dict(name=name, kind=kind, steps=steps, mode=mode))
         # finite: the fast path, its first pass and last step at the ends
         host = rng.random(10007)
         got = cs.apply(cp.asarray(host), name, steps=steps, mode=mode,
@@ -241,11 +250,6 @@ def test_fold_between_device_arrays(mode, rng):
                                                            mode, 0.25),
                               dict(name=name, steps=steps, mode=mode))
     # finite input, a result past DBL_MAX: the last step notes it
-    host = rng.uniform(1e306, 2e306, 10007)
-    w = cs.Stencil("heat1d").weights * 2.0
-    want = scipy_steps(host, w, 17, mode, 0.0)
-    assert np.isinf(want).any()
-    got = cs.apply(cp.asarray(host), weights=w, steps=17, mode=mode,
-                   backend="cuda-tc")
-    assert cs.last_run_info()["nonfinite"] is True
-    assert_same_nonfinite(cp.asnumpy(got), want, dict(mode=mode))
+    check_overflow_noted(cp, rng.uniform(1e306, 2e306, 10007),
+                         cs.Stencil("heat1d").weights * 2.0, 17, mode,
+                         "cuda-tc")
