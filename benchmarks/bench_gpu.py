@@ -228,9 +228,10 @@ def main():
                           bandwidth / 1e9, floor), flush=True)
 
     records = []
+    kernels = {name: kernel_of(name) for name in args.presets.split(",")}
 
     def record(preset, grid_shape, steps, system, gs, **extra):
-        records.append(dict(prov, **kernel_of(preset)[1],
+        records.append(dict(prov, **kernels[preset][1],
                             shape=list(grid_shape),
                             steps=steps, system=system, gstencils_per_s=gs,
                             mode="constant", **extra))
@@ -242,8 +243,7 @@ def main():
         return gs
 
     table = []  # (preset, main shape, odd shape or None, results)
-    for name in args.presets.split(","):
-        w = kernel_of(name)[0]
+    for name, (w, _) in kernels.items():
         for shape, odd in zip(sizes[w.ndim], odds[w.ndim]):
             row = {}
             table.append((name, shape, odd, row))

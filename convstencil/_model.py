@@ -262,8 +262,8 @@ def _tb2d_pass(w, shape, depth, rates):
     idle = (rounds + 1) * resident / items
     redundancy = (float(TB2D_STRIP * strips * (rows + 2 * halo) * segs)
                   / (nx * ny))
-    # a plus: its centre row and 2 r centre weights; an outer product
-    # (3 x 3 only): one row filter, then a weight per output row
+    # a plus: its centre row and 2 r centre weights; an outer product:
+    # one row filter, then a weight per output row
     taps = kernel_taps(w.reshape(side, side))
     macs = (4 * radius + 1 if taps["plus"]
             else 2 * side if taps["cc2d"] == "rank1" else side * side)

@@ -28,8 +28,9 @@ enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
 #define CS_TC3D_MAX_KZ 7      /* tc3d: planes of the (composed) kernel */
 #define CS_TB2D_MAX_DEPTH 8   /* tb2d: steps per trip of a 3 x 3 kernel
                                  (its margins; cs_tb2d_max_depth) */
-#define CS_TB2D_MAX_DEPTH_5 4 /* ... of a plus of side 5 */
-#define CS_TB2D_MAX_DEPTH_7 3 /* ... of a plus of side 7 */
+#define CS_TB2D_MAX_DEPTH_5 4 /* ... of a plus or an outer product of
+                                 side 5 */
+#define CS_TB2D_MAX_DEPTH_7 3 /* ... of side 7 */
 #define CS_TB2D_MIN_EXTENT 16 /* tb2d: rows and columns of a grid it runs
                                  (a tile holds the cells the modes map
                                  its margins to) */

@@ -123,6 +123,16 @@ def random_weights(rng, ndim, max_side, signed=True, shape=None,
             return w
 
 
+def exact_outer(rng, side):
+    """A random signed side x side outer product of nonzero factors that
+    is exact in floating point (dyadic factors, scaled by a power of two
+    so that sum(|w|) <= 1): the planners see rank one, as they would
+    box2d49p's, and changing any one weight breaks it."""
+    w = np.outer(rng.choice(np.r_[-4:0, 1:9], side) / 8.0,
+                 rng.integers(1, 9, side) / 16.0)
+    return w / 2.0 ** np.ceil(np.log2(np.abs(w).sum()))
+
+
 # ---------------------------------------------------------------------------
 # Comparison
 

@@ -16,7 +16,8 @@ passes on CUDA cores with their band recomputed in place included), the halo fil
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
 end fix-up, partial last rows, payloads 7, 15 and 31, and between device
 arrays without a load or a store), tb2d's temporal
-blocking (planar 3 x 3 kernels and pluses, passes and a tail pass), and engine
+blocking (planar 3 x 3 kernels, pluses and outer products, passes and a
+tail pass), and engine
 sessions (a grid kept in the engine's layout across rounds, boxes copied
 out of and into it between them).  Each result is
 compared with the CPU engine, so the run
@@ -111,15 +112,15 @@ def main():
         for mode in MODES:
             ok &= check(grid, w, 2, mode, "cuda-core")
     ok &= tb2d_cases(rng)
-    # cc2d: plus (on planes under tb2d's 16 rows), outer-product
-    # (box2d49p) and box instances, persistent blocks walking several
-    # tiles (1100 x 1700: 252 tiles of 128 x 64, 315 of 128 x 32)
-    big = rng.standard_normal((1100, 1700))
+    # cc2d: the box instance with persistent blocks walking several tiles
+    # (1100 x 1700: 315 tiles of 128 x 32); the plus and outer-product
+    # (box2d49p) instances on planes under tb2d's 16 rows
     box7 = rng.uniform(0.1, 1.0, (7, 7))
-    for w in (cs.Stencil("box2d49p").weights, box7 / box7.sum()):
-        ok &= check(big, w, 1, "reflect", "cuda-core")
-    ok &= check(rng.standard_normal((15, 1700)),
-                cs.Stencil("star2d13p").weights, 1, "reflect", "cuda-core")
+    ok &= check(rng.standard_normal((1100, 1700)), box7 / box7.sum(), 1,
+                "reflect", "cuda-core")
+    for name in ("star2d13p", "box2d49p"):
+        ok &= check(rng.standard_normal((15, 1700)), cs.Stencil(name).weights,
+                    1, "reflect", "cuda-core")
     # cc3d, streaming along z: several z blocks and partial tiles, heat3d
     # fused two steps per pass (the band recomputed in place) with a
     # remainder, every instance (box 3 and 5, diamond 3, 5 and 7; narrow
@@ -149,16 +150,19 @@ def main():
 
 def tb2d_cases(rng):
     """tb2d: planar 3 x 3 kernels (a plus, an outer product, a box) and
-    pluses of sides 5 and 7 on CUDA cores, T steps per trip to memory
-    (depth 8, 4 or 3, then a tail pass), tiles past every edge and
-    several tiles per row and column, every mode; between the caller's
-    CuPy arrays (no load, no store) where CuPy is there."""
+    pluses and outer products of sides 5 and 7 on CUDA cores, T steps per
+    trip to memory (depth 8, 4 or 3, then a tail pass), tiles past every
+    edge and several tiles per row and column, every mode; between the
+    caller's CuPy arrays (no load, no store) where CuPy is there."""
     ok = True
     plus5 = np.zeros((5, 5))
     plus5[2, :] = plus5[:, 2] = 0.1
     box3 = rng.uniform(0.1, 1.0, (3, 3))
+    # an outer product of side 5 with exact products (the planner's test)
+    outer5 = np.outer([1.0, 4.0, 6.0, 4.0, 1.0], [1.0, 2.0, 3.0, 2.0, 1.0])
     for w in (cs.Stencil("heat2d").weights, cs.Stencil("box2d9p").weights,
-              box3 / box3.sum(), cs.Stencil("star2d13p").weights, plus5):
+              box3 / box3.sum(), cs.Stencil("star2d13p").weights, plus5,
+              cs.Stencil("box2d49p").weights, outer5 / 256.0):
         for shape in ((70, 200), (301, 517)):
             for mode in MODES:
                 ok &= check(rng.standard_normal(shape), w, 11, mode,
@@ -171,11 +175,11 @@ def tb2d_cases(rng):
     except ImportError:
         print("skip tb2d between device arrays: no CuPy")
         return ok
-    # C order and rows padded to 530 elements; depth 8 (3 for star2d13p)
-    # then a tail pass
+    # C order and rows padded to 530 elements; depth 8 (3 for star2d13p
+    # and box2d49p) then a tail pass
     host = rng.standard_normal((301, 517))
     wide = cp.asarray(rng.standard_normal((301, 530)))
-    for name in ("heat2d", "box2d9p", "star2d13p"):
+    for name in ("heat2d", "box2d9p", "star2d13p", "box2d49p"):
         for grid in (cp.asarray(host), wide[:, :517]):
             grid[...] = cp.asarray(host)
             for mode in MODES:

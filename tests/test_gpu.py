@@ -17,7 +17,7 @@ import pytest
 import convstencil as cs
 from convstencil import _backends, _core, _model
 from convstencil._apply import MODE_CODES
-from conftest import assert_close, gpu, random_weights
+from conftest import assert_close, exact_outer, gpu, random_weights
 
 pytestmark = gpu
 
@@ -563,20 +563,12 @@ def random_plus(rng, side):
     return w / np.abs(w).sum()
 
 
-def random_outer(rng, side):
-    """Random signed outer product (box2d49p's shape), dyadic factors so
-    that every product is exact and the planner sees rank one."""
-    w = np.outer(rng.choice(np.r_[-4:0, 1:9], side) / 8.0,
-                 rng.integers(1, 9, side) / 16.0)
-    return w / 2.0 ** np.ceil(np.log2(np.abs(w).sum()))  # a power of two
-
-
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("shape", [(16, 16), (17, 300), (301, 129),
                                    (3, 40, 50), (1000, 1100)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("side,top", [(5, 4), (7, 3)])
-@pytest.mark.parametrize("make", [random_plus, random_outer],
+@pytest.mark.parametrize("make", [random_plus, exact_outer],
                          ids=["plus", "outer"])
 def test_tb2d_random_pluses_and_outer_products(make, side, top, shape, mode,
                                                 cval, rng):

@@ -13,6 +13,7 @@ import pytest
 import convstencil
 from convstencil import _core
 from convstencil._presets import PRESETS, preset_weights as _preset
+from conftest import exact_outer
 
 MODE = {"constant": _core.MODE_CONSTANT, "wrap": _core.MODE_WRAP,
         "nearest": _core.MODE_NEAREST, "reflect": _core.MODE_REFLECT,
@@ -231,10 +232,7 @@ def test_tb2d_takes_pluses_and_outer_products_not_boxes(side, rng):
     r = side // 2
     w[r, :] = rng.uniform(-1, 1, side)
     w[:, r] = rng.uniform(-1, 1, side)
-    # dyadic factors: every product exact
-    outer = np.outer(rng.choice(np.r_[-4:0, 1:9], side) / 8.0,
-                     rng.integers(1, 9, side) / 16.0)
-    for kernel in (w, outer):
+    for kernel in (w, exact_outer(rng, side)):
         p = _core.plan((100, 100), kernel, MODE["mirror"], 9, CC)
         assert (p["pass"], p["fused_depth"]) == ("tb2d", top), p
         kernel[0, 0] += 0.01

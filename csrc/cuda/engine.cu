@@ -440,8 +440,9 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
  * pass reads the caller's contiguous float64 array as the fold's rows
  * (tc1d's FLAT), and the last unfused step writes the caller's result
  * (cs_cuda_fold1d_step_out).  The load and the store of a fold each took
- * about 0.73 ms of heat1d's 100 steps on 2^27 points (8.4 ms; the device
- * arrays then ran at 84% of the step loop, h100_e2e.md at 0070e77).
+ * about 0.73 ms on 2^27 points (h100_ncu_copy1d.md), against about 10 ms
+ * for heat1d's 100 steps: a CuPy array ran at 84% of the step loop with
+ * them (h100_e2e.md at 0070e77), at 95% without (at ffc986f).
  * --------------------------------------------------------------------- */
 
 /* The caller's array `a` of extents n as a grid for tb2d: float64, unit

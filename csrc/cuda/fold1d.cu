@@ -243,12 +243,7 @@ cs_cuda_fold1d_fill_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, ptrdiff_t n,
     if (total == 0) {
         return CS_OK;
     }
-    const int block = 256;
-    ptrdiff_t blocks = CEIL_DIV(total, (ptrdiff_t)block);
-    if (blocks > 65536) {
-        blocks = 65536; /* grid-stride loop */
-    }
-    fold1d_halo_kernel<<<(unsigned)blocks, block, 0, ctx->stream>>>(p);
+    fold1d_halo_kernel<<<cs_stride_blocks(total, 256), 256, 0, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, "fold1d_halo_kernel");
 }
 
@@ -311,11 +306,6 @@ cs_cuda_fold1d_step_out(cs_cuda_ctx *ctx, const cs_dgrid *src, ptrdiff_t n,
     p.r = r;
     p.out = out;
     p.out_flag = out_flag;
-    const int block = 256;
-    ptrdiff_t blocks = CEIL_DIV(n, (ptrdiff_t)block);
-    if (blocks > 65536) {
-        blocks = 65536; /* grid-stride loop */
-    }
-    fold1d_step_out_kernel<<<(unsigned)blocks, block, 0, ctx->stream>>>(p);
+    fold1d_step_out_kernel<<<cs_stride_blocks(n, 256), 256, 0, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, "fold1d_step_out_kernel");
 }

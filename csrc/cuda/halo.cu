@@ -158,13 +158,8 @@ cs_cuda_fill_halo(cs_cuda_ctx *ctx, const cs_dgrid *g, cs_mode mode,
     if (total == 0) {
         return CS_OK;
     }
-    const int block = 256;
     /* grid-stride loop: a bounded grid covers any halo */
-    ptrdiff_t blocks = CEIL_DIV(total, (ptrdiff_t)block);
-    if (blocks > 65536) {
-        blocks = 65536;
-    }
-    halo_fill_kernel<<<(unsigned)blocks, block, 0, ctx->stream>>>(p);
+    halo_fill_kernel<<<cs_stride_blocks(total, 256), 256, 0, ctx->stream>>>(p);
     return cs_cuda_check_launch(ctx, "halo_fill_kernel");
 }
 

@@ -44,6 +44,15 @@ typedef struct cs_dkernel {
     int size[3];           /* odd extents */
 } cs_dkernel;
 
+/* Blocks of `block` threads for a grid-stride loop over n items: enough
+   to cover them, at most 65536 (each thread then takes several). */
+static inline unsigned
+cs_stride_blocks(ptrdiff_t n, int block)
+{
+    const ptrdiff_t blocks = CEIL_DIV(n, (ptrdiff_t)block);
+    return (unsigned)(blocks < 65536 ? blocks : 65536);
+}
+
 /*
  * The launch shape of the kernels that walk a box in blocks of rows
  * (halo.cu's copy_box, transfer.cu, direct.cu): blocks of `block`
@@ -135,7 +144,9 @@ cs_cuda_fold1d_fix_ends(cs_cuda_ctx *ctx, const cs_dgrid *src,
  * from the folded grid src (halo filled) into the caller's flat array
  * `out` of n points, noting in *out_flag (device) a result that is not
  * finite: the last step of a run between device arrays, which so needs
- * no store from the fold.
+ * no store from the fold.  Each output reads its kx points itself (from
+ * the cache, no shared tile), so wider kernels keep the CUDA-core step
+ * and the store; the presets have 3 and 5 points.
  */
 #define CS_FOLD1D_STEP_MAX_K 63
 cs_status

@@ -100,33 +100,48 @@ launch_depth(cs_cuda_ctx *ctx, tbs_params *p, int depth)
     return tbs_launch<R, TOP, SHAPE, FLAGS>(ctx, p);
 }
 
+/* The instance of radius R for the tap set `shape` and `depth` (1 to
+   TOP).  Boxes are built for radius 1 only: cs_tb2d_max_depth leaves
+   full-rank boxes of sides 5 and 7 to cc2d. */
+template <int R, bool FLAGS, int TOP>
+static cs_status
+launch_shape(cs_cuda_ctx *ctx, tbs_params *p, int depth, int shape)
+{
+    switch (shape) {
+    case CS_CC2D_PLUS:
+        return launch_depth<R, CS_CC2D_PLUS, FLAGS, TOP>(ctx, p, depth);
+    case CS_CC2D_RANK1:
+        return launch_depth<R, CS_CC2D_RANK1, FLAGS, TOP>(ctx, p, depth);
+    default:
+        if constexpr (R == 1) {
+            return launch_depth<1, CS_CC2D_BOX, FLAGS, TOP>(ctx, p, depth);
+        } else {
+            cs_cuda_message(ctx, "cs_cuda_tb2d_pass: no instance for a box "
+                                 "of radius %d",
+                            R);
+            return CS_ERR_INVALID;
+        }
+    }
+}
+
 /* The instance for the kernel's side, tap set and `depth` (1 to
-   cs_tb2d_max_depth's): 3 x 3 boxes, pluses and outer products
-   (tb2d_3x3.cu, tb2d_3x3_deep.cu, tb2d_rank1.cu), pluses of sides 5 and
-   7 (tb2d_plus.cu) and outer products of sides 5 and 7
-   (tb2d_rank1_wide.cu). */
+   cs_tb2d_max_depth's): radius 1 in tb2d_3x3.cu, tb2d_3x3_deep.cu and
+   tb2d_rank1.cu; pluses of sides 5 and 7 in tb2d_plus.cu, their outer
+   products in tb2d_rank1_wide.cu. */
 template <bool FLAGS>
 static cs_status
 tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int shape)
 {
-    constexpr int P = CS_CC2D_PLUS, O = CS_CC2D_RANK1;
-    constexpr int D5 = CS_TB2D_MAX_DEPTH_5, D7 = CS_TB2D_MAX_DEPTH_7;
-    if (side == 7) {
-        return shape == O ? launch_depth<3, O, FLAGS, D7>(ctx, p, depth)
-                          : launch_depth<3, P, FLAGS, D7>(ctx, p, depth);
-    }
-    if (side == 5) {
-        return shape == O ? launch_depth<2, O, FLAGS, D5>(ctx, p, depth)
-                          : launch_depth<2, P, FLAGS, D5>(ctx, p, depth);
-    }
-    constexpr int TOP = CS_TB2D_MAX_DEPTH;
-    switch (shape) {
-    case CS_CC2D_PLUS:
-        return launch_depth<1, P, FLAGS, TOP>(ctx, p, depth);
-    case CS_CC2D_RANK1:
-        return launch_depth<1, CS_CC2D_RANK1, FLAGS, TOP>(ctx, p, depth);
+    switch (side) {
+    case 7:
+        return launch_shape<3, FLAGS, CS_TB2D_MAX_DEPTH_7>(ctx, p, depth,
+                                                           shape);
+    case 5:
+        return launch_shape<2, FLAGS, CS_TB2D_MAX_DEPTH_5>(ctx, p, depth,
+                                                           shape);
     default:
-        return launch_depth<1, CS_CC2D_BOX, FLAGS, TOP>(ctx, p, depth);
+        return launch_shape<1, FLAGS, CS_TB2D_MAX_DEPTH>(ctx, p, depth,
+                                                         shape);
     }
 }
 

@@ -41,8 +41,9 @@
  * replaced (shared-memory tiles of 128 x 64 stepped by 512 threads, one
  * block per SM, bound by shared-memory traffic and latency): heat2d 871
  * against 407 G stencils/s, box2d9p 640 against 337 (h100_2d_tb2d.md at
- * 1a6d56b; now heat2d 898, box2d9p 810 with its rows filtered once, and
- * star2d13p 298 at depth 3: h100_2d_tb2d.md at 0070e77).  Two columns
+ * 1a6d56b; now heat2d 913, box2d9p 838 with its rows filtered once, and
+ * star2d13p 305 and box2d49p 302 at depth 3: h100_2d_tb2d.md at
+ * ffc986f).  Two columns
  * per lane beat four (registers: four spill at depth 8); for radius 1
  * the row loop is unrolled by two so that one row's later levels overlap
  * the next row's first ones (tbs_unroll).

@@ -390,18 +390,19 @@ static void put_f16(void *p, double v) {  // v: a small integer, exact in half
 // cs_cuda_apply_device on arrays in (emulated) device memory: element
 // types, C and F order, a negative stride, out the grid itself, folded
 // 1D grids, rows of C-order arrays `pad` elements longer than the grid's;
-// against the reference on the same values as float64.  `copies` 0: the
-// call must run without loading the grid into the engine's layout or
-// storing the result from it (tb2d between the arrays; a fold whose
-// first pass is tc1d's and last step unfused); 1: it must do both;
-// 2: only the store (a fold's first pass reads the array, its last is
-// fused); 3: only the load; -1: not checked.
+// against the reference on the same values as float64.  `copies`: which
+// of the load into the engine's layout and the store out of it the call
+// must run (COPIES_NONE: tb2d between the arrays, a fold whose first pass
+// is tc1d's and last step unfused; COPIES_STORE: a fold whose first pass
+// reads the array and last is fused; COPIES_ANY: not checked).
+enum { COPIES_ANY = -1, COPIES_NONE, COPIES_BOTH, COPIES_STORE, COPIES_LOAD };
+
 static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
                               ptrdiff_t nx, cs_dtype dtype, size_t size,
                               void (*write)(void *, double), bool fortran,
                               bool flip_x, bool in_place, cs_mode mode,
                               long steps, cs_cuda_path path,
-                              ptrdiff_t pad = 0, int copies = -1) {
+                              ptrdiff_t pad = 0, int copies = COPIES_ANY) {
     const ptrdiff_t n[3] = {nz, ny, nx};
     const size_t count = nz * ny * nx;
     cs_kernel k{};
@@ -456,9 +457,9 @@ static void device_array_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
     cudaFree(din);
     cudaFree(dout);
-    const bool want_load = copies == 1 || copies == 3;
-    const bool want_store = copies == 1 || copies == 2;
-    const bool copies_ok = copies < 0
+    const bool want_load = copies == COPIES_BOTH || copies == COPIES_LOAD;
+    const bool want_store = copies == COPIES_BOTH || copies == COPIES_STORE;
+    const bool copies_ok = copies == COPIES_ANY
                            || ((loads > 0) == want_load
                                && (stores > 0) == want_store);
     bool ok = stt == CS_OK && rel <= 1e-12 && std::isfinite(rel) && copies_ok
@@ -666,24 +667,24 @@ static void tb2d_cases(bool quick) {
         // outer products of sides 5 and 7 (box2d49p's shape)
         run_case(o7, 1, 40, 90, mode, 0.5, 7, CC, false, "cuda-core", 3);
         run_case(o5, 2, 23, 45, mode, 0.25, 9, CC, false, "cuda-core", 4);
-        device_array_case(o7, 1, 33, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, CC, 0, 0);
+        device_array_case(o7, 1, 33, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, CC, 0, COPIES_NONE);
         run_case(o3, 1, 37, 101, mode, 0.5, 11, CC, false, "cuda-core", 8);
-        device_array_case(o3, 1, 21, 50, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 3, CC, 0, 0);
+        device_array_case(o3, 1, 21, 50, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 3, CC, 0, COPIES_NONE);
         run_case(p7, 1, 40, 90, mode, 0.5, 9, CC, false, "cuda-core", 3);
         run_case(p7, 1, 16, 17, mode, -1.5, 3, CC, false, "cuda-core", 3);
         run_case(p5, 2, 23, 45, mode, 0.25, 7, CC, false, "cuda-core", 4);
-        device_array_case(p7, 1, 33, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 6, CC, 0, 0);
+        device_array_case(p7, 1, 33, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 6, CC, 0, COPIES_NONE);
         run_case(heat2d, 1, 70, 150, mode, 0.5, 11, CC, false, "cuda-core", 8);
         run_case(r33, 2, 17, 16, mode, -1.5, 5, CC, false, "cuda-core", 5);
         run_case(r33, 1, 19, 23, mode, 0.25, 7, CC, false, "cuda-core", 7);
         // between float64 device arrays: the first pass reads the input
         // and the last writes the result (one pass alone: both); other
         // layouts go through the padded grids
-        device_array_case(heat2d, 1, 70, 150, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 11, CC, 0, 0);
-        device_array_case(r33, 2, 17, 16, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, CC, 3, 0);
-        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, true, false, false, mode, 9, CC, 0, 1);
-        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, true, false, mode, 9, CC, 0, 1);
-        device_array_case(heat2d, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, mode, 9, CC, 0, 1);
+        device_array_case(heat2d, 1, 70, 150, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 11, CC, 0, COPIES_NONE);
+        device_array_case(r33, 2, 17, 16, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, CC, 3, COPIES_NONE);
+        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, true, false, false, mode, 9, CC, 0, COPIES_BOTH);
+        device_array_case(r33, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, true, false, mode, 9, CC, 0, COPIES_BOTH);
+        device_array_case(heat2d, 1, 19, 23, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, mode, 9, CC, 0, COPIES_BOTH);
         if (quick) continue;
         run_case(heat2d, 1, 41, 131, mode, -0.5, 19, CC, false, "cuda-core", 8);
         run_case(r33, 3, 16, 117, mode, 2.0, 3, CC, false, "cuda-core", 3);
@@ -707,21 +708,21 @@ static void fold_cases() {
     for (int m = 0; m < CS_MODE_COUNT; m++) {
         const cs_mode mode = (cs_mode)m;
         // two fused passes and an unfused step: neither load nor store
-        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 17, TC, 0, 0);
-        device_array_case(p1d5, 1, 1, 4097, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 16, TC, 0, 0);
-        device_array_case(k1d9, 1, 1, 8193, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, TC, 0, 0);
+        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 17, TC, 0, COPIES_NONE);
+        device_array_case(p1d5, 1, 1, 4097, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 16, TC, 0, COPIES_NONE);
+        device_array_case(k1d9, 1, 1, 8193, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, TC, 0, COPIES_NONE);
         // passes only: the result is stored from the fold
-        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 30, TC, 0, 2);
+        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 30, TC, 0, COPIES_STORE);
         // unfused steps only: the grid is loaded into the fold
-        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 3, CC, 0, 3);
+        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 3, CC, 0, COPIES_LOAD);
         // in place: the result waits for the verdict, stored from the fold
-        device_array_case(p1d5, 1, 1, 9001, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, mode, 16, AUTO, 0, 2);
+        device_array_case(p1d5, 1, 1, 9001, CS_DTYPE_FLOAT64, 8, put<double>, false, false, true, mode, 16, AUTO, 0, COPIES_STORE);
         // a negative stride, another dtype: loaded into the fold (the
         // result, a fresh float64 array, written by the last step); in
         // place with a negative stride: both through the fold
-        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, true, false, mode, 17, TC, 0, 3);
-        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT32, 4, put<float>, false, false, false, mode, 17, TC, 0, 3);
-        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, true, true, mode, 17, TC, 0, 1);
+        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, true, false, mode, 17, TC, 0, COPIES_LOAD);
+        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT32, 4, put<float>, false, false, false, mode, 17, TC, 0, COPIES_LOAD);
+        device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, true, true, mode, 17, TC, 0, COPIES_BOTH);
     }
 }
 
