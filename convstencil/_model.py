@@ -283,12 +283,52 @@ def _tb2d_pass(w, shape, depth, rates):
                 "FP64 units", seconds, bound)
 
 
+# tb3d (csrc/cuda/tb3d.cu): blocks of 256 threads own tiles of
+# TB3D_TILE cells of a plane and stream segments of planes; each level is
+# exact one cell further in.  Issue cost per cell and level: its
+# multiply-adds plus TB3D_OVERHEAD_OPS (the shared plane's stores and
+# loads, the sync), at TB3D_FP64_FRACTION of the FP64 rate: first
+# guesses, to be fitted to the H100's figures.
+TB3D_TILE = (32, 64)
+TB3D_OVERHEAD_OPS = 14.0
+TB3D_FP64_FRACTION = 0.5
+
+
+def _tb3d_pass(w, shape, depth, rates):
+    """Cost of one tb3d pass of `depth` steps."""
+    nz, ny, nx = shape
+    npts = float(nz * ny * nx)
+    ty, tx = TB3D_TILE
+    own_y, own_x = ty - 2 * depth, tx - 2 * depth
+    tiles = -(-ny // own_y) * -(-nx // own_x)
+    segs = max(1, min(nz, -(-rates["sms"] * 2 // tiles)))
+    planes = -(-nz // segs)
+    redundancy = (tiles * ty * tx * segs * (planes + 2 * depth)
+                  / float(nz * ny * nx))
+    star = np.count_nonzero(w) == 7
+    macs = 7 if star else 12
+    useful = 2.0 * np.count_nonzero(w) * depth
+    executed = 2.0 * macs * depth * redundancy
+    bytes_ = 8.0 * (redundancy / depth + 1)
+    issue = 2.0 * (macs + TB3D_OVERHEAD_OPS) * depth * redundancy
+    res = {
+        "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION["tb2d"]),
+        "FP64 units": npts * issue / (rates["fp64_flops"]
+                                      * TB3D_FP64_FRACTION),
+    }
+    seconds, bound = _pass_time(res, 1, rates)
+    return Pass("fused pass", "tb3d", 0, depth, bytes_, useful, executed,
+                "FP64 units", seconds, bound)
+
+
 def _gpu_pass(plan, w, shape, mode, rates, fused):
     """Cost of one pass (fused: the plan's pass kind; else one step)."""
     npts = float(np.prod(shape))
     depth = plan["fused_depth"] if fused else 1
     if fused and plan["pass"] == "tb2d":
         return _tb2d_pass(w, shape, depth, rates)
+    if fused and plan["pass"] == "tb3d":
+        return _tb3d_pass(w, shape, depth, rates)
     wk = compose(w, depth) if depth > 1 else w
     useful = 2.0 * np.count_nonzero(wk)
     bytes_ = 16.0
@@ -400,7 +440,8 @@ def gpu_passes(plan, shape, w, mode, rates):
         p = _gpu_pass(plan, w, shape, mode, rates, True)
         passes.append(p._replace(count=plan["fused_passes"]))
     if plan["unfused_steps"] and plan.get("tail_pass"):
-        p = _tb2d_pass(w, shape, plan["unfused_steps"], rates)
+        tail = _tb3d_pass if plan["pass"] == "tb3d" else _tb2d_pass
+        p = tail(w, shape, plan["unfused_steps"], rates)
         passes.append(p._replace(label="tail pass", count=1))
     elif plan["unfused_steps"]:
         p = _gpu_pass(plan, w, shape, mode, rates, False)

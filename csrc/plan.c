@@ -85,6 +85,39 @@ cs_tb2d_max_depth(const int size[3], const double *weights)
     return k == 5 ? CS_TB2D_MAX_DEPTH_5 : CS_TB2D_MAX_DEPTH_7;
 }
 
+int
+cs_tb3d_taps(const int size[3], const double *weights, double cz[3],
+             double cy[3], double cx[3])
+{
+    double z[3], y[3], x[3], rest[9];
+    if (weights == NULL || size[0] != 3 || size[1] != 3 || size[2] != 3) {
+        return -1;
+    }
+    if (cs_taps_diamond(3, weights)) {
+        return CS_TB3D_STAR;
+    }
+    if (!cs_outer_factors(3, 9, weights, z, rest)
+        || !cs_outer_factors(3, 3, rest, y, x)) {
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (cz != NULL) {
+            cz[i] = z[i];
+            cy[i] = y[i];
+            cx[i] = x[i];
+        }
+    }
+    return CS_TB3D_RANK1;
+}
+
+int
+cs_tb3d_max_depth(const int size[3], const double *weights)
+{
+    return cs_tb3d_taps(size, weights, NULL, NULL, NULL) >= 0
+               ? CS_TB3D_MAX_DEPTH
+               : 0;
+}
+
 static int
 kernel_size(const cs_kernel *k, int axis)
 {
@@ -270,24 +303,39 @@ tb2d_depth(const cs_kernel *k, const cs_plan *plan)
     return cs_tb2d_max_depth(size, k->weights);
 }
 
-/* tb2d: passes of its most steps (or the cap), the remainder as one more
-   pass of its own depth (each pass reads and writes the grid once,
-   whatever its depth); exact at every edge, no band. */
+/* The most steps per pass tb3d runs of k on this grid; 0: it does not. */
+static int
+tb3d_depth(const cs_kernel *k, const cs_plan *plan)
+{
+    const int size[3] = {kernel_size(k, 0), kernel_size(k, 1),
+                         kernel_size(k, 2)};
+    for (int a = 0; a < 3; a++) {
+        if (plan->fold || plan->run_shape[a] < CS_TB3D_MIN_EXTENT) {
+            return 0;
+        }
+    }
+    return cs_tb3d_max_depth(size, k->weights);
+}
+
+/* tb2d and tb3d (pass kind `pass`): passes of their most steps (or the
+   cap), the remainder as one more pass of its own depth (each pass reads
+   and writes the grid once, whatever its depth); exact at every edge, no
+   band. */
 static void
 plan_tb2d(const cs_kernel *k, int max_depth, long steps, const cs_caps *caps,
-          cs_plan *plan)
+          cs_pass_kind pass, cs_plan *plan)
 {
     long top = caps->max_depth == 0 || caps->max_depth > max_depth
                    ? max_depth
                    : caps->max_depth;
     const int best = (int)(top < steps ? top : steps);
-    plan->pass = CS_PASS_TB2D;
+    plan->pass = pass;
     plan->tail_pass = 1;
     plan->fusion.depth = best;
     plan->fusion.passes = steps / best;
     plan->fusion.remainder = steps % best;
     for (int a = 0; a < 3; a++) {
-        plan->max_side[a] = a == 0 ? 1 : best * (k->size[a] - 1) + 1;
+        plan->max_side[a] = best * (int)(k->size[a] - 1) + 1;
     }
 }
 
@@ -301,7 +349,12 @@ plan_cuda_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
 {
     const int tb2d_max = tb2d_depth(k, plan);
     if (tb2d_max > 0) {
-        plan_tb2d(k, tb2d_max, steps, caps, plan);
+        plan_tb2d(k, tb2d_max, steps, caps, CS_PASS_TB2D, plan);
+        return CS_OK;
+    }
+    const int tb3d_max = tb3d_depth(k, plan);
+    if (tb3d_max > 0) {
+        plan_tb2d(k, tb3d_max, steps, caps, CS_PASS_TB3D, plan);
         return CS_OK;
     }
     const long depth = caps->max_depth == 0 || caps->max_depth > 2
@@ -404,6 +457,7 @@ cs_pass_kind_name(cs_pass_kind pass)
     case CS_PASS_TC3D: return "tc3d";
     case CS_PASS_CC3D: return "cc3d";
     case CS_PASS_TB2D: return "tb2d";
+    case CS_PASS_TB3D: return "tb3d";
     }
     return "unknown";
 }

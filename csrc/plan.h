@@ -67,6 +67,23 @@ cs_cc2d_taps(const int size[3], const double *weights);
 int
 cs_tb2d_max_depth(const int size[3], const double *weights);
 
+#define CS_TB3D_MAX_DEPTH 4   /* tb3d: steps per trip (its margins) */
+#define CS_TB3D_MIN_EXTENT 8  /* tb3d: planes, rows and columns it needs */
+enum { CS_TB3D_STAR = 0, CS_TB3D_RANK1 = 1 };
+
+/*
+ * tb3d's tap set of a 3 x 3 x 3 kernel: CS_TB3D_STAR for a 7-point star
+ * (heat3d), CS_TB3D_RANK1 for an outer product of three vectors
+ * (box3d27p; its factors into cz, cy, cx when they are not NULL); -1
+ * otherwise.  cs_tb3d_max_depth: CS_TB3D_MAX_DEPTH for those, else 0.
+ */
+int
+cs_tb3d_taps(const int size[3], const double *weights, double cz[3],
+             double cy[3], double cx[3]);
+
+int
+cs_tb3d_max_depth(const int size[3], const double *weights);
+
 /* What the device offers, as the caller found it. */
 typedef struct cs_caps {
     int cc_major, cc_minor; /* compute capability */
@@ -81,9 +98,11 @@ typedef enum cs_pass_kind {
     CS_PASS_TC1D = 2,   /* tensor cores, a 1D kernel of 9..31 points */
     CS_PASS_TC3D = 3,   /* tensor cores, several z-planes */
     CS_PASS_CC3D = 4,   /* CUDA cores: a 7-point star's square, cc3d */
-    CS_PASS_TB2D = 5    /* CUDA cores: `depth` steps of a planar kernel
+    CS_PASS_TB2D = 5,   /* CUDA cores: `depth` steps of a planar kernel
                            (cs_tb2d_max_depth's) per trip through memory
                            (tb2d) */
+    CS_PASS_TB3D = 6    /* CUDA cores: `depth` steps of a 3 x 3 x 3 kernel
+                           (cs_tb3d_max_depth's) per trip (tb3d) */
 } cs_pass_kind;
 
 /* How the outputs near an edge that a fused pass gets wrong are fixed. */

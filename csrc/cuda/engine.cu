@@ -144,8 +144,9 @@ static cs_status
 prepare_passes(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_kernel *kernel,
                const cs_plan *plan)
 {
-    if (plan->fusion.passes == 0 || plan->pass == CS_PASS_TB2D) {
-        return CS_OK; /* tb2d steps the kernel itself */
+    if (plan->fusion.passes == 0 || plan->pass == CS_PASS_TB2D
+        || plan->pass == CS_PASS_TB3D) {
+        return CS_OK; /* tb2d and tb3d step the kernel themselves */
     }
     const cs_status st =
         cs_kernel_compose(kernel, plan->fusion.depth, &s->composed);
@@ -298,6 +299,7 @@ run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const cs_loop_args *L,
     case CS_PASS_CC3D:
         return cs_cuda_core_step(ctx, src, dst, &L->dkc);
     case CS_PASS_TB2D: /* tb2d_passes runs those */
+    case CS_PASS_TB3D:
     case CS_PASS_NONE:
         break;
     }
@@ -354,9 +356,15 @@ tb2d_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
         const cs_dgrid *src = first && between ? &ends->in : &L->g[i % 2];
         const cs_dgrid *dst =
             last && between ? &ends->out : &L->g[(i + 1) % 2];
-        CS_TRY(cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, depth, mode, cval,
-                                 first && flags ? flags + 0 : NULL,
-                                 last && flags ? flags + 1 : NULL));
+        int *in_flag = first && flags ? flags + 0 : NULL;
+        int *out_flag = last && flags ? flags + 1 : NULL;
+        if (plan->pass == CS_PASS_TB3D) {
+            CS_TRY(cs_cuda_tb3d_pass(ctx, src, dst, &L->dk, depth, mode,
+                                     cval, in_flag, out_flag));
+        } else {
+            CS_TRY(cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, depth, mode,
+                                     cval, in_flag, out_flag));
+        }
     }
     *cur_out = (int)(total % 2);
     return CS_OK;
@@ -373,7 +381,7 @@ step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, cs_loop_args *L,
           const cs_plan *plan, const cs_loop_ends *ends, cs_mode mode,
           double cval, int *cur_out)
 {
-    if (plan->pass == CS_PASS_TB2D) {
+    if (plan->pass == CS_PASS_TB2D || plan->pass == CS_PASS_TB3D) {
         return tb2d_passes(ctx, s, L, plan, ends, mode, cval, cur_out);
     }
     const cs_fusion_plan *f = &plan->fusion;
@@ -477,7 +485,7 @@ static int
 tb2d_between_arrays(const cs_grid_io *io, const cs_plan *plan,
                     cs_dgrid *in, cs_dgrid *out)
 {
-    return plan->pass == CS_PASS_TB2D
+    return (plan->pass == CS_PASS_TB2D || plan->pass == CS_PASS_TB3D)
            && io->dev_in != NULL && io->dev_out != NULL && !io->out_reads_in
            && plan->fusion.passes + (plan->fusion.remainder > 0) >= 1
            && tb2d_array_grid(io->dev_in, plan->run_shape, in)

@@ -257,6 +257,17 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
                   int *in_flag, int *out_flag);
 
+/*
+ * One pass of `depth` steps (1 to CS_TB3D_MAX_DEPTH) of a 3 x 3 x 3
+ * kernel cs_tb3d_taps takes (a 7-point star, an outer product), in -> out
+ * (tb3d.cu): cs_cuda_tb2d_pass's contract in 3D, on grids of at least
+ * CS_TB3D_MIN_EXTENT cells along every axis.
+ */
+cs_status
+cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
+                  const cs_dkernel *k, int depth, cs_mode mode, double cval,
+                  int *in_flag, int *out_flag);
+
 /* ---- fused_band.cu ---------------------------------------------------- */
 
 #define CS_FUSED_BAND_MAX_TAPS 27 /* nonzero taps of k: a 3 x 3 x 3 box */

@@ -695,6 +695,43 @@ static void tb2d_cases(bool quick) {
     }
 }
 
+// An outer product of three random vectors (box3d27p's shape).
+static Kern make_rank1_3d(const std::string &name) {
+    Kern K{name, 3, {3, 3, 3}, {}};
+    double f[3][3];
+    for (auto &v : f)
+        for (double &x : v) x = (urand() < 0.3 ? -0.5 : 1.0) * (0.25 + urand());
+    double sum = 0;
+    for (int z = 0; z < 3; z++)
+        for (int y = 0; y < 3; y++)
+            for (int x = 0; x < 3; x++) {
+                K.w.push_back(f[0][z] * f[1][y] * f[2][x]);
+                sum += K.w.back();
+            }
+    for (double &v : K.w) v /= sum;
+    return K;
+}
+
+// tb3d (cuda-core path, 3 x 3 x 3 stars and outer products): every mode,
+// passes of the most steps and a tail pass, tiles moved back at the far
+// edges, several tiles and segments, grids of the least extent.
+static void tb3d_cases(bool quick) {
+    const cs_cuda_path CC = CS_CUDA_PATH_CUDA_CORE;
+    Kern star = make_kernel("star3d", 3, 3, 3, 3, true, true);
+    Kern o3 = make_rank1_3d("rank1_3d");
+    for (int m = 0; m < CS_MODE_COUNT; m++) {
+        cs_mode mode = (cs_mode)m;
+        run_case(star, 9, 37, 70, mode, 0.5, 5, CC, false, "cuda-core", 4);
+        run_case(o3, 12, 33, 131, mode, -1.5, 9, CC, false, "cuda-core", 4);
+        run_case(star, 8, 8, 8, mode, 0.25, 3, CC, false, "cuda-core", 3);
+        device_array_case(star, 10, 20, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 6, CC, 0, 0);
+        device_array_case(o3, 9, 17, 30, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 4, CC, 0, 0);
+        if (quick) continue;
+        run_case(star, 40, 60, 140, mode, 0.75, 11, CC, false, "cuda-core", 4);
+        run_case(o3, 8, 70, 20, mode, 1.0, 2, CC, false, "cuda-core", 2);
+    }
+}
+
 // A folded 1D grid between float64 device arrays: the first tc1d pass
 // reads the caller's array (points beyond either end as the mode maps
 // them) and the last unfused step writes the result, each where the plan
@@ -734,6 +771,12 @@ int main(int argc, char **argv) {
         tc3d_cases(strcmp(argv[1], "tc3d-quick") == 0);
         printf("%d passed, %d failed\n", passes, failures);
         return failures != 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "tb3d") == 0) {
+        // development: the tb3d cases alone
+        tb3d_cases(false);
+        printf("%d passed, %d failed\n", passes, failures);
+        return failures ? 1 : 0;
     }
     if (argc > 1 && strcmp(argv[1], "fold") == 0) {
         // development: the fold's device-array cases alone
