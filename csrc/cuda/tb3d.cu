@@ -326,9 +326,11 @@ stream_tile(const tb3_params &p, const tb3_tile &tl,
     }
 }
 
+/* Tiles at a side edge of the grid (interior tiles: tb3d_inner_kernel;
+   here they return at once). */
 template <int T, int SHAPE, bool FLAGS>
 __global__ void __launch_bounds__(T3_THREADS, 1)
-tb3d_kernel(const tb3_params p)
+tb3d_edge_kernel(const tb3_params p)
 {
     constexpr int M = T;
     constexpr int OWNX = T3_TX - 2 * M, OWNY = T3_TY - 2 * M;
@@ -353,8 +355,9 @@ tb3d_kernel(const tb3_params p)
     const bool inside = tl.ox >= 0 && tl.ox + T3_TX <= p.nx && tl.oy >= 0
                         && tl.oy + T3_TY <= p.ny;
     if (inside) {
-        stream_tile<T, SHAPE, FLAGS, false, false>(p, tl, S, bad);
-    } else if (p.mode == CS_MODE_WRAP) { /* read mapped, every cell real */
+        return; /* the whole block: tb3d_inner_kernel's */
+    }
+    if (p.mode == CS_MODE_WRAP) { /* read mapped, every cell real */
         stream_tile<T, SHAPE, FLAGS, false, true>(p, tl, S, bad);
     } else {
         for (int i = 0; i < T3_CY + 2; i++) {
@@ -370,6 +373,254 @@ tb3d_kernel(const tb3_params p)
             tl.mx[k] = m < 0 ? -2 : (int)(t < -1 ? -1 : t > T3_TX ? T3_TX : t);
         }
         stream_tile<T, SHAPE, FLAGS, true, true>(p, tl, S, bad);
+    }
+    if ((bad & 1u) && p.in_flag != nullptr) {
+        *p.in_flag = 1;
+    }
+    if ((bad & 2u) && p.out_flag != nullptr) {
+        *p.out_flag = 1;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * interior tiles: 512 threads, each 2 columns x 2 rows; x neighbours by
+ * shuffles, y neighbours through the shared plane
+ * --------------------------------------------------------------------- */
+
+#define T3I_THREADS 512
+#define T3I_CY 2 /* rows per thread: T3_TY = 16 warps x 2 */
+
+/* Plane r's cells of this thread (rows y0, y0 + 1, columns x0, x0 + 1
+   of a tile inside the grid); a plane beyond the top or bottom as
+   load_plane reads it. */
+static __device__ __forceinline__ void
+load_inner(const tb3_params &p, ptrdiff_t oy, ptrdiff_t ox, int y0, int x0,
+           ptrdiff_t r, double (&v)[T3I_CY][T3_V])
+{
+    ptrdiff_t z = r;
+    if (r < 0 || r >= p.nz) {
+        z = p.mode == CS_MODE_WRAP ? cs_positive_mod(r, p.nz)
+                                   : (r < 0 ? 0 : p.nz - 1);
+    }
+    const double *src = p.in + z * p.in_plane + (oy + y0) * p.in_pitch
+                        + ox + x0;
+#pragma unroll
+    for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            v[c][j] = src[c * p.in_pitch + j];
+        }
+    }
+}
+
+/* One level of an interior tile (level_step's contract): the x
+   neighbours by shuffles (the outer lanes' are the margin's, never
+   stored), the rows above and below from the shared plane, where every
+   thread leaves its own rows (an outer product: its rows filtered along
+   x). */
+template <int SHAPE>
+static __device__ __forceinline__ void
+inner_step(const tb3_params &p, double (&a)[T3I_CY][T3_V],
+           double (&P)[2][T3I_CY][T3_V], ptrdiff_t rin, bool zedge,
+           double2 (*S)[T3_TY + 2][T3_TX / 2], int &buf, int y0, int x0)
+{
+    if (zedge && (rin < 0 || rin >= p.nz)) {
+        if (p.mode == CS_MODE_CONSTANT) {
+#pragma unroll
+            for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+                for (int j = 0; j < T3_V; j++) {
+                    a[c][j] = p.cval;
+                }
+            }
+        } else { /* adds nothing: the plane it maps to adds for it */
+#pragma unroll
+            for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+                for (int j = 0; j < T3_V; j++) {
+                    a[c][j] = P[0][c][j];
+                    P[0][c][j] = P[1][c][j];
+                    P[1][c][j] = 0.0;
+                }
+            }
+            return;
+        }
+    }
+    /* x: e[c][0] is column x0 - 1, e[c][1..2] the own, e[c][3] x0 + 2 */
+    double e[T3I_CY][T3_V + 2];
+#pragma unroll
+    for (int c = 0; c < T3I_CY; c++) {
+        e[c][0] = __shfl_up_sync(0xffffffffu, a[c][T3_V - 1], 1);
+        e[c][T3_V + 1] = __shfl_down_sync(0xffffffffu, a[c][0], 1);
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            e[c][j + 1] = a[c][j];
+        }
+    }
+    /* what the rows above and below need of this row: the star its
+       values, an outer product its filter along x */
+    double x[T3I_CY][T3_V];
+#pragma unroll
+    for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            if (SHAPE == T3_STAR) {
+                x[c][j] = a[c][j];
+            } else {
+                double h = p.cx[0] * e[c][j];
+                h = fma(p.cx[1], e[c][j + 1], h);
+                x[c][j] = fma(p.cx[2], e[c][j + 2], h);
+            }
+        }
+    }
+    double2 (*plane)[T3_TX / 2] = S[buf];
+    buf ^= 1;
+    const int col = x0 / T3_V;
+#pragma unroll
+    for (int c = 0; c < T3I_CY; c++) {
+        plane[y0 + c + 1][col] = make_double2(x[c][0], x[c][1]);
+    }
+    __syncthreads();
+    const double2 up = plane[y0][col];
+    const double2 down = plane[y0 + T3I_CY + 1][col];
+    const bool top = zedge && p.mode != CS_MODE_CONSTANT
+                     && rin == (p.mode == CS_MODE_MIRROR ? 1 : 0);
+    const bool bottom = zedge && p.mode != CS_MODE_CONSTANT
+                        && rin == p.nz - 1 - (p.mode == CS_MODE_MIRROR ? 1 : 0);
+    const int f = p.mode == CS_MODE_MIRROR ? 1 : 0;
+#pragma unroll
+    for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            const double above = c > 0 ? x[c - 1][j]
+                                       : (j == 0 ? up.x : up.y);
+            const double below = c + 1 < T3I_CY ? x[c + 1][j]
+                                                : (j == 0 ? down.x : down.y);
+            double fk[3];
+            if (SHAPE == T3_STAR) {
+                const double v = a[c][j];
+                fk[0] = p.w[4] * v;
+                fk[2] = p.w[22] * v;
+                double s = p.w[13] * v;
+                s = fma(p.w[12], e[c][j], s);
+                s = fma(p.w[14], e[c][j + 2], s);
+                s = fma(p.w[10], above, s);
+                fk[1] = fma(p.w[16], below, s);
+            } else {
+                double h = p.cy[0] * above;
+                h = fma(p.cy[1], x[c][j], h);
+                h = fma(p.cy[2], below, h);
+                fk[0] = p.cz[0] * h;
+                fk[1] = p.cz[1] * h;
+                fk[2] = p.cz[2] * h;
+            }
+            a[c][j] = fk[2] + P[0][c][j];
+            P[0][c][j] = fk[1] + P[1][c][j];
+            P[1][c][j] = fk[0];
+            if (top) {
+                if (f == 0) {
+                    P[0][c][j] += fk[0];
+                } else {
+                    a[c][j] += fk[0];
+                }
+            }
+            if (bottom) {
+                if (f == 0) {
+                    P[0][c][j] += fk[2];
+                } else {
+                    P[1][c][j] += fk[2];
+                }
+            }
+        }
+    }
+}
+
+template <int T, int SHAPE, bool FLAGS>
+__global__ void __launch_bounds__(T3I_THREADS, 1)
+tb3d_inner_kernel(const tb3_params p)
+{
+    constexpr int M = T;
+    constexpr int OWNX = T3_TX - 2 * M, OWNY = T3_TY - 2 * M;
+    __shared__ double2 S[2][T3_TY + 2][T3_TX / 2];
+    const ptrdiff_t tiles = p.tiles_x * p.tiles_y;
+    const ptrdiff_t tile = (ptrdiff_t)blockIdx.x % tiles;
+    const ptrdiff_t seg = (ptrdiff_t)blockIdx.x / tiles;
+    const ptrdiff_t ox = tile_origin(tile % p.tiles_x, OWNX, p.nx) - M;
+    const ptrdiff_t oy = tile_origin(tile / p.tiles_x, OWNY, p.ny) - M;
+    if (!(ox >= 0 && ox + T3_TX <= p.nx && oy >= 0
+          && oy + T3_TY <= p.ny)) {
+        return; /* the whole block: tb3d_edge_kernel's */
+    }
+    for (int i = threadIdx.x; i < 2 * (T3_TY + 2) * (T3_TX / 2);
+         i += T3I_THREADS) {
+        (&S[0][0][0])[i] = make_double2(0.0, 0.0); /* the border rows:
+                                                       read, never used */
+    }
+    __syncthreads();
+    const ptrdiff_t z0 = seg * p.seg_planes;
+    const ptrdiff_t z1 = z0 + p.seg_planes < p.nz ? z0 + p.seg_planes : p.nz;
+    const int x0 = (int)(threadIdx.x % 32) * T3_V;
+    const int y0 = (int)(threadIdx.x / 32) * T3I_CY;
+    double P[T][2][T3I_CY][T3_V];
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+#pragma unroll
+        for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+            for (int j = 0; j < T3_V; j++) {
+                P[t][0][c][j] = P[t][1][c][j] = 0.0;
+            }
+        }
+    }
+    const bool zedge = p.mode != CS_MODE_WRAP;
+    const ptrdiff_t first = z0 - T, last = z1 - 1 + T;
+    unsigned bad = 0;
+    double nxt[T3I_CY][T3_V];
+    load_inner(p, oy, ox, y0, x0, first, nxt);
+    int buf = 0;
+    for (ptrdiff_t r = first; r <= last; r++) {
+        double a[T3I_CY][T3_V];
+#pragma unroll
+        for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+            for (int j = 0; j < T3_V; j++) {
+                a[c][j] = nxt[c][j];
+            }
+        }
+        if (r + 1 <= last) {
+            load_inner(p, oy, ox, y0, x0, r + 1, nxt);
+        }
+        if (FLAGS) {
+#pragma unroll
+            for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+                for (int j = 0; j < T3_V; j++) {
+                    bad |= isfinite(a[c][j]) ? 0u : 1u;
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            inner_step<SHAPE>(p, a, P[t], r - t, zedge, S, buf, y0, x0);
+        }
+        const ptrdiff_t zo = r - T;
+        if (zo < z0 || zo >= z1) {
+            continue;
+        }
+        double *out = p.out + zo * p.out_plane;
+#pragma unroll
+        for (int c = 0; c < T3I_CY; c++) {
+#pragma unroll
+            for (int j = 0; j < T3_V; j++) {
+                const int ty = y0 + c, tx = x0 + j;
+                if (ty >= M && ty < T3_TY - M && tx >= M && tx < T3_TX - M) {
+                    out[(oy + ty) * p.out_pitch + ox + tx] = a[c][j];
+                    if (FLAGS) {
+                        bad |= isfinite(a[c][j]) ? 0u : 2u;
+                    }
+                }
+            }
+        }
     }
     if ((bad & 1u) && p.in_flag != nullptr) {
         *p.in_flag = 1;
@@ -413,7 +664,8 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                      &per_sm, tb3d_kernel<T, SHAPE, FLAGS>, T3_THREADS, 0),
+                      &per_sm, tb3d_inner_kernel<T, SHAPE, FLAGS>,
+                      T3I_THREADS, 0),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor (tb3d)");
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1);
     p->tiles_x = CEIL_DIV(p->nx, (ptrdiff_t)(T3_TX - 2 * M));
@@ -426,8 +678,10 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
         return CS_ERR_INVALID;
     }
     const unsigned blocks = (unsigned)p->items;
-    tb3d_kernel<T, SHAPE, FLAGS><<<blocks, T3_THREADS, 0, ctx->stream>>>(*p);
-    return cs_cuda_check_launch(ctx, "tb3d kernel");
+    tb3d_inner_kernel<T, SHAPE, FLAGS><<<blocks, T3I_THREADS, 0, ctx->stream>>>(*p);
+    CS_TRY(cs_cuda_check_launch(ctx, "tb3d inner kernel"));
+    tb3d_edge_kernel<T, SHAPE, FLAGS><<<blocks, T3_THREADS, 0, ctx->stream>>>(*p);
+    return cs_cuda_check_launch(ctx, "tb3d edge kernel");
 }
 
 template <int SHAPE, bool FLAGS, int TOP>

@@ -729,6 +729,9 @@ static void tb3d_cases(bool quick) {
         if (quick) continue;
         run_case(star, 40, 60, 140, mode, 0.75, 11, CC, false, "cuda-core", 4);
         run_case(o3, 8, 70, 20, mode, 1.0, 2, CC, false, "cuda-core", 2);
+        // tiles inside the grid (the interior kernel) at depths 4 and 3
+        run_case(o3, 10, 60, 140, mode, 0.5, 6, CC, false, "cuda-core", 4);
+        run_case(star, 12, 61, 150, mode, -0.5, 3, CC, false, "cuda-core", 3);
     }
 }
 
