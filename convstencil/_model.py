@@ -283,34 +283,62 @@ def _tb2d_pass(w, shape, depth, rates):
                 "FP64 units", seconds, bound)
 
 
-# tb3d (csrc/cuda/tb3d.cu): blocks of 256 threads own tiles of
-# TB3D_TILE cells of a plane and stream segments of planes; each level is
-# exact one cell further in.  Issue cost per cell and level: its
-# multiply-adds plus TB3D_OVERHEAD_OPS (the shared plane's stores and
-# loads, the sync), at TB3D_FP64_FRACTION of the FP64 rate: first
-# guesses, to be fitted to the H100's figures.
+# tb3d (csrc/cuda/tb3d.cu): one block of TB3D_THREADS threads per SM
+# (its launch bounds) owns a tile of TB3D_TILE cells of a plane and
+# streams a segment of planes, carrying `depth` steps; each level is
+# exact one cell further in, so a tile stores its central
+# (rows - 2 depth) x (columns - 2 depth) cells, and a segment starts
+# `depth` planes early and ends `depth` late.
 TB3D_TILE = (32, 64)
-TB3D_OVERHEAD_OPS = 14.0
+TB3D_BLOCKS_PER_SM = 1
+TB3D_MAX_SEGMENTS = 1024
+# The stream is bound by instruction issue and latency (Nsight Compute,
+# h100_ncu_tb3d.md: 16 warps an SM, one barrier a level): per cell and
+# level, its multiply-adds plus TB3D_OVERHEAD_OPS others (the shuffles,
+# the shared plane's stores and loads, the barrier's wait), at
+# TB3D_FP64_FRACTION of the FP64 peak in those units.  Fitted to
+# h100_3d_tb3d_depth.md (512^3, depths 2 and 3; heat3d 7 multiply-adds,
+# box3d27p 9).
+TB3D_OVERHEAD_OPS = 9.6
 TB3D_FP64_FRACTION = 0.5
 
 
+def tb3d_segments(tiles, nz, halo, resident):
+    """Segments of planes per tile, as tb3d.cu's tb3_segments picks them
+    (tb2d_segments' rule along z)."""
+    best, best_cost = 1, None
+    for s in range(1, min(nz, TB3D_MAX_SEGMENTS) + 1):
+        planes = -(-nz // s)
+        rounds = -(-(tiles * s) // resident)
+        cost = (rounds + 1) * (planes + 2 * halo)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
+
+
 def _tb3d_pass(w, shape, depth, rates):
-    """Cost of one tb3d pass of `depth` steps."""
+    """Cost of one tb3d pass of `depth` steps: every block reads its tile
+    with margins once per plane of its segment and the 2 depth planes
+    beyond, and writes its stored cells once; each level computes the
+    whole tile."""
     nz, ny, nx = shape
     npts = float(nz * ny * nx)
     ty, tx = TB3D_TILE
-    own_y, own_x = ty - 2 * depth, tx - 2 * depth
-    tiles = -(-ny // own_y) * -(-nx // own_x)
-    segs = max(1, min(nz, -(-rates["sms"] * 2 // tiles)))
+    tiles = -(-ny // (ty - 2 * depth)) * -(-nx // (tx - 2 * depth))
+    resident = rates["sms"] * TB3D_BLOCKS_PER_SM
+    segs = tb3d_segments(tiles, nz, depth, resident)
     planes = -(-nz // segs)
-    redundancy = (tiles * ty * tx * segs * (planes + 2 * depth)
-                  / float(nz * ny * nx))
-    star = np.count_nonzero(w) == 7
-    macs = 7 if star else 12
-    useful = 2.0 * np.count_nonzero(w) * depth
+    items = tiles * segs
+    rounds = -(-items // resident)
+    idle = (rounds + 1) * resident / items
+    redundancy = tiles * ty * tx * segs * (planes + 2 * depth) / npts
+    taps = np.count_nonzero(w)
+    # a star: its 7 weights; an outer product: 3 along each axis
+    macs = 7 if taps == 7 else 9
+    useful = 2.0 * taps * depth
     executed = 2.0 * macs * depth * redundancy
-    bytes_ = 8.0 * (redundancy / depth + 1)
-    issue = 2.0 * (macs + TB3D_OVERHEAD_OPS) * depth * redundancy
+    bytes_ = 8.0 * (redundancy + 1.0)
+    issue = 2.0 * (macs + TB3D_OVERHEAD_OPS) * depth * redundancy * idle
     res = {
         "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION["tb2d"]),
         "FP64 units": npts * issue / (rates["fp64_flops"]

@@ -340,7 +340,9 @@ plan_tb2d(const cs_kernel *k, int max_depth, long steps, const cs_caps *caps,
 }
 
 /* CUDA cores: a planar 3 x 3 kernel, or a planar plus or outer product
-   of side 5 or 7, runs temporally blocked (tb2d); a 7-point star in 3D
+   of side 5 or 7, runs temporally blocked (tb2d), and so does a 3D star
+   of 7 points or outer product of side 3 (tb3d) on a grid of at least
+   CS_TB3D_MIN_EXTENT in every extent; on a smaller one a 7-point star
    fuses two steps per cc3d pass (at most two: fused_band.cu recomputes
    the band of two steps); every other kernel runs step by step. */
 static cs_status

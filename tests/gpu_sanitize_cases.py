@@ -1,11 +1,11 @@
 """Small cases that launch every GPU kernel once, for compute-sanitizer.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 \\
-        python tests/gpu_sanitize_cases.py [tb2d|fold]
+        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold]
     compute-sanitizer --tool racecheck --error-exitcode 1 \\
-        python tests/gpu_sanitize_cases.py [tb2d|fold]
+        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold]
 
-("tb2d", "fold": those cases alone.)
+("tb2d", "tb3d", "fold": those cases alone.)
 Covers the tensor-core kernels (tc2d, tc1d, and tc3d with dense, point
 and zero planes) for every kernel height they are built for (ky = 1, 3,
 5, 7), on grids that are and are not multiples of their tile (so partial
@@ -17,7 +17,7 @@ boundary mode, and 1D grids folded into rows (the fold's halo fill and
 end fix-up, partial last rows, payloads 7, 15 and 31, and between device
 arrays without a load or a store), tb2d's temporal
 blocking (planar 3 x 3 kernels, pluses and outer products, passes and a
-tail pass), and engine
+tail pass), tb3d's (3 x 3 x 3 stars and outer products), and engine
 sessions (a grid kept in the engine's layout across rounds, boxes copied
 out of and into it between them).  Each result is
 compared with the CPU engine, so the run
@@ -121,15 +121,17 @@ def main():
     for name in ("star2d13p", "box2d49p"):
         ok &= check(rng.standard_normal((15, 1700)), cs.Stencil(name).weights,
                     1, "reflect", "cuda-core")
+    ok &= tb3d_cases(rng)
     # cc3d, streaming along z: several z blocks and partial tiles, heat3d
     # fused two steps per pass (the band recomputed in place) with a
     # remainder, every instance (box 3 and 5, diamond 3, 5 and 7; narrow
     # tiles for a grid 9 columns wide), and a 7x7x7 box, which the generic
-    # kernel runs
-    grid = rng.standard_normal((20, 21, 70))
+    # kernel runs; stars and outer products of side 3 on grids with an
+    # extent under tb3d's 8
+    grid = rng.standard_normal((20, 7, 70))
     for mode in MODES:
         ok &= check(grid, cs.Stencil("heat3d").weights, 5, mode, "cuda-core")
-    narrow = rng.standard_normal((10, 150, 9))
+    narrow = rng.standard_normal((7, 150, 9))
     for name in ("heat3d", "box3d27p"):
         ok &= check(narrow, cs.Stencil(name).weights, 3, "constant",
                     "cuda-core")
@@ -192,6 +194,39 @@ def tb2d_cases(rng):
                     "ok" if err <= 1e-12 else "FAIL", name, mode,
                     "C" if grid.flags.c_contiguous else "padded", err))
                 ok &= err <= 1e-12
+    return ok
+
+
+def tb3d_cases(rng):
+    """tb3d: 3 x 3 x 3 stars and outer products on CUDA cores, 3 steps per
+    trip to memory (passes and a tail pass), tiles inside the grid beside
+    tiles at its edges, a grid of the least extent, every mode; between
+    the caller's CuPy arrays (no load, no store) where CuPy is there."""
+    ok = True
+    for name in ("heat3d", "box3d27p"):
+        w = cs.Stencil(name).weights
+        for shape in ((12, 61, 150), (9, 8, 8)):
+            for mode in MODES:
+                ok &= check(rng.standard_normal(shape), w, 7, mode,
+                            "cuda-core")
+    try:
+        import cupy as cp
+    except ImportError:
+        print("skip tb3d between device arrays: no CuPy")
+        return ok
+    host = rng.standard_normal((12, 40, 70))
+    wide = cp.asarray(rng.standard_normal((12, 40, 80)))
+    grid = wide[..., :70]
+    grid[...] = cp.asarray(host)
+    for name in ("heat3d", "box3d27p"):
+        for mode in MODES:
+            want = cs.apply(host, name, steps=7, mode=mode, backend="cpu")
+            got = cp.asnumpy(cs.apply(grid, name, steps=7, mode=mode,
+                                      backend="cuda-core"))
+            err = np.linalg.norm(got - want) / np.linalg.norm(want)
+            print("%-4s device array tb3d %s %s rel %.2e" % (
+                "ok" if err <= 1e-12 else "FAIL", name, mode, err))
+            ok &= err <= 1e-12
     return ok
 
 
@@ -314,7 +349,8 @@ def session_cases(rng):
 
 
 if __name__ == "__main__":
-    alone = {"tb2d": tb2d_cases, "fold": fold_array_cases}
+    alone = {"tb2d": tb2d_cases, "tb3d": tb3d_cases,
+             "fold": fold_array_cases}
     if len(sys.argv) == 2 and sys.argv[1] in alone:  # one set alone
         set_ok = alone[sys.argv[1]](np.random.default_rng(2026))
         print("all ok" if set_ok else "FAILURES")

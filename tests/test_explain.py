@@ -256,13 +256,13 @@ def test_model_against_committed_h100_figures(name, record):
                    steps=record["steps"], mode=record.get("mode",
                                                           "constant"),
                    backend=backend, max_depth=depth)
-    if (backend == "cuda-core" and e.pass_kind == "tb2d" and depth == 1
-            and record["steps"] > 1):
-        # a run before tb2d took the kernel (cc2d, one step per launch):
-        # the plan now runs it temporally blocked, which forcing depth 1
-        # would model instead of what ran (h100_2d_tb2d and h100_e2e
-        # measure tb2d)
-        pytest.skip("measured cc2d, which the plan no longer runs")
+    if (backend == "cuda-core" and e.pass_kind in ("tb2d", "tb3d")
+            and depth == 1 and record["steps"] > 1):
+        # a run before tb2d or tb3d took the kernel (cc2d or cc3d, one
+        # step per launch): the plan now runs it temporally blocked, which
+        # forcing depth 1 would model instead of what ran (h100_2d_tb2d,
+        # h100_3d and h100_e2e measure them)
+        pytest.skip("measured cc2d or cc3d, which the plan no longer runs")
     if depth:
         assert e.fused_depth == depth, "the plan changed since the run"
     ratio = e.predicted_seconds / _measured(record)

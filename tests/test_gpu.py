@@ -591,3 +591,58 @@ def test_tb2d_random_pluses_and_outer_products(make, side, top, shape, mode,
 def preset_weights_3x3(rng):
     """An asymmetric kernel: every weight different, a few negative."""
     return rng.uniform(-0.3, 1.0, (3, 3)) / 4.0
+
+
+# ---------------------------------------------------------------------------
+# tb3d: 3 x 3 x 3 stars and outer products temporally blocked on CUDA cores
+
+def random_star_3d(rng):
+    """Random signed weights on the centre and its six neighbours
+    (heat3d's shape)."""
+    w = np.zeros((3, 3, 3))
+    for i in [(1, 1, 1), (0, 1, 1), (2, 1, 1), (1, 0, 1), (1, 2, 1),
+              (1, 1, 0), (1, 1, 2)]:
+        w[i] = rng.uniform(-0.5, 1.0)
+    return w / np.abs(w).sum()
+
+
+def exact_outer_3d(rng):
+    """A random signed 3 x 3 x 3 outer product, exact in floating point
+    (conftest's exact_outer times a dyadic vector along z)."""
+    w = (rng.integers(1, 9, 3) / 8.0)[:, None, None] * exact_outer(rng, 3)
+    return w / 2.0 ** np.ceil(np.log2(np.abs(w).sum()))
+
+
+@pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("shape", [(8, 8, 8), (9, 37, 70), (13, 61, 131),
+                                   (101, 29, 67), (11, 127, 263)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("make", [random_star_3d, exact_outer_3d],
+                         ids=["star", "outer"])
+def test_tb3d_random_stars_and_outer_products(make, shape, mode, cval, rng):
+    """Grids of the least extent, of one tile, of many tiles with the far
+    ones moved back (tiles inside the grid beside tiles at its edges),
+    and of many segments of planes: one pass, passes plus a tail pass of
+    either depth."""
+    w = make(rng)
+    for steps in (1, 3, 7, 8):
+        assert planned(w, steps, shape, mode,
+                       _core.PATH_CUDA_CORE)["pass"] == "tb3d"
+        infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps,
+                                mode, cval,
+                                dict(shape=shape, steps=steps,
+                                     seed=rng.seed),
+                                backends=("cuda-core",))
+        cc = infos["cuda-core"]
+        assert cc["fused_depth"] == min(3, steps), cc
+
+
+def test_tb3d_leaves_other_kernels_and_small_grids_to_cc3d(rng):
+    """A full-rank 3 x 3 x 3 kernel, and a star on a grid under 8 planes,
+    run as before (and still match)."""
+    full = random_weights(rng, 3, 3, shape=(3, 3, 3))
+    for w, shape in ((full, (20, 30, 40)), (random_star_3d(rng), (7, 30, 40))):
+        assert planned(w, 4, shape, "reflect",
+                       _core.PATH_CUDA_CORE)["pass"] != "tb3d"
+        check_all_paths(rng.uniform(-1.0, 1.0, shape), w, 4, "reflect", 0.0,
+                        dict(shape=shape), backends=("cuda-core",))

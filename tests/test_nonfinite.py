@@ -224,6 +224,33 @@ def test_tb2d_between_device_arrays(mode, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", MODES)
+def test_tb3d_between_device_arrays(mode, rng):
+    # tb3d, like tb2d, reads a float64 device grid and writes the result
+    # without the padded layout, noting non-finite values as they would:
+    # the masked path must still run, from the caller's input
+    if not cs.backends()["cuda"] == "available":
+        pytest.skip("no usable CUDA device")
+    cp = pytest.importorskip("cupy")
+    for name in ("heat3d", "box3d27p"):
+        w = cs.Stencil(name).weights
+        for kind in ("nan-middle", "inf-edges", "nan-column"):
+            host = grid_with(rng, (12, 40, 70), kind)
+            for steps in (3, 7):  # one pass; passes of depth 3 and a tail
+                # rows padded to 80 elements: tb3d reads them as they are
+                wide = cp.asarray(rng.random((12, 40, 80)))
+                grid = wide[..., :70]
+                grid[...] = cp.asarray(host)
+                check_masked_device_run(
+                    cp, grid, host, w, steps, mode, 0.25, "cuda-core",
+                    dict(name=name, kind=kind, steps=steps, mode=mode))
+    # finite input, a result past DBL_MAX: the last pass notes it
+    check_overflow_noted(cp, rng.uniform(1e306, 2e306, (10, 20, 30)),
+                         cs.Stencil("box3d27p").weights * 2.0, 7, mode,
+                         "cuda-core")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", MODES)
 def test_fold_between_device_arrays(mode, rng):
     # a folded 1D grid between float64 device arrays: the first tc1d pass
     # reads the caller's array and the last unfused step writes the result

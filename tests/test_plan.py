@@ -66,6 +66,21 @@ def tb2d_max_depth(w):
     return {5: 4, 7: 3}.get(ky, 0) if is_plus(w2) or is_outer(w2) else 0
 
 
+def tb3d_max_depth(w, shape):
+    """tb3d's most steps per pass of w on a grid of `shape` (0: tb3d does
+    not run it): a 3 x 3 x 3 star (heat3d's taps, any weights) or outer
+    product, on a 3D grid of at least 8 in every extent, 3."""
+    if w.ndim != 3 or w.shape != (3, 3, 3) or len(shape) != 3 \
+            or min(shape) < 8:
+        return 0
+    star = np.zeros((3, 3, 3), bool)
+    star[1, 1, :] = star[1, :, 1] = star[:, 1, 1] = True
+    if not np.any(w[~star]) or np.linalg.matrix_rank(w.reshape(3, 9)) == 1 \
+            and all(np.linalg.matrix_rank(w[z]) <= 1 for z in range(3)):
+        return 3
+    return 0
+
+
 def check_plan_rules(p, w, shape, mode, steps, max_depth=0):
     """What every plan must satisfy, whatever it chose."""
     depth = p["fused_depth"]
@@ -78,11 +93,12 @@ def check_plan_rules(p, w, shape, mode, steps, max_depth=0):
         assert depth * (k - 1) + 1 <= side, p
     if max_depth:
         assert depth <= max(1, max_depth), p
-    if p["pass"] == "tb2d":
+    if p["pass"] in ("tb2d", "tb3d"):
         # exact at every edge: no band; the remainder is one tail pass
         assert p["band"] == "none" and p["tail_pass"], p
         assert set(p["band_widths"]) == {0}, p
-        top = tb2d_max_depth(w)
+        top = (tb2d_max_depth(w) if p["pass"] == "tb2d"
+               else tb3d_max_depth(w, shape))
         assert top, p
         assert depth == min(top, max_depth or top, steps), p
         return
@@ -150,17 +166,17 @@ def test_presets_auto(name, steps, mode):
 def test_auto_paths_of_the_presets():
     """Tensor cores where they fuse (every 1D preset, the 3x3 2D ones);
     CUDA cores for planar squares of side 5 and 7 (a plus and an outer
-    product temporally blocked on tb2d) and the 3D presets, which cc3d
-    runs faster (csrc/plan.c)."""
+    product temporally blocked on tb2d) and the 3D presets (a star and an
+    outer product, temporally blocked on tb3d), which they run faster
+    (csrc/plan.c)."""
     want = {"heat1d": "tc1d", "1d5p": "tc1d", "heat2d": "tc2d",
             "box2d9p": "tc2d", "star2d13p": "tb2d", "box2d49p": "tb2d",
-            "heat3d": "cc3d", "box3d27p": "none"}
+            "heat3d": "tb3d", "box3d27p": "tb3d"}
     for name, pass_kind in want.items():
         w = preset_weights(name)
         p = _core.plan(grid_for(w.ndim), w, MODE["constant"], 100, AUTO)
         assert p["pass"] == pass_kind, (name, p)
-        assert p["path"] == ("cuda-core" if pass_kind in ("none", "cc3d",
-                                                           "tb2d")
+        assert p["path"] == ("cuda-core" if pass_kind in ("tb2d", "tb3d")
                              else "tensor-core"), (name, p)
 
 
@@ -204,22 +220,49 @@ def test_random_kernels_every_path(seed):
             assert p["pass"] in ("tc1d", "tc2d", "tc3d")
         if path == CC:
             assert p["path"] == "cuda-core"
-            assert p["pass"] in ("none", "cc3d", "tb2d")
+            assert p["pass"] in ("none", "cc3d", "tb2d", "tb3d")
             tb2d = (tb2d_max_depth(w) > 0 and len(shape) >= 2
                     and min(shape[-2:]) >= 16)
             assert (p["pass"] == "tb2d") == (tb2d and steps > 0), p
+            tb3d = tb3d_max_depth(w, shape) > 0
+            assert (p["pass"] == "tb3d") == (tb3d and steps > 0), p
 
 
-def test_cuda_core_fuses_only_the_7_point_star():
+def test_cuda_core_fuses_only_the_7_point_star_under_tb3d():
+    """On a grid with an extent under tb3d's 8, cc3d fuses heat3d two
+    steps a pass and steps a 27-point box one by one."""
     w = preset_weights("heat3d")
-    p = _core.plan((64, 64, 64), w, MODE["reflect"], 9, CC)
+    p = _core.plan((64, 7, 64), w, MODE["reflect"], 9, CC)
     assert (p["pass"], p["fused_depth"], p["fused_passes"],
             p["unfused_steps"], p["band"]) == ("cc3d", 2, 4, 1, "in-place")
-    p = _core.plan((64, 64, 64), w, MODE["reflect"], 9, CC, max_depth=1)
+    p = _core.plan((64, 7, 64), w, MODE["reflect"], 9, CC, max_depth=1)
     assert p["pass"] == "none" and p["unfused_steps"] == 9
     box = preset_weights("box3d27p")
-    p = _core.plan((64, 64, 64), box, MODE["reflect"], 9, CC)
+    p = _core.plan((7, 64, 64), box, MODE["reflect"], 9, CC)
     assert p["pass"] == "none" and p["fused_depth"] == 1
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 7, 100])
+@pytest.mark.parametrize("name", ["heat3d", "box3d27p"])
+def test_tb3d_on_cuda_cores(name, steps, rng):
+    """3 x 3 x 3 stars and outer products run temporally blocked on grids
+    of at least 8 in every extent: passes of 3 steps, the remainder as one
+    more pass, no band; a full-rank box (the outer product with one weight
+    changed) does not."""
+    w = preset_weights(name)
+    d = min(3, steps)
+    for mode in MODES:
+        p = _core.plan((8, 512, 9), w, MODE[mode], steps, CC)
+        assert (p["pass"], p["band"], p["tail_pass"]) \
+            == ("tb3d", "none", True), p
+        assert (p["fused_depth"], p["fused_passes"], p["unfused_steps"]) \
+            == (d, steps // d, steps % d)
+    p = _core.plan((64, 64, 64), w, MODE["wrap"], steps, CC, max_depth=2)
+    assert p["pass"] == "tb3d" and p["fused_depth"] == min(2, steps)
+    full = w.copy()
+    full[0, 0, 0] += 0.01
+    p = _core.plan((64, 64, 64), full, MODE["wrap"], steps, CC)
+    assert p["pass"] != "tb3d", p
 
 
 @pytest.mark.parametrize("side", [5, 7])

@@ -1,41 +1,44 @@
 /*
  * tb3d.cu -- temporal blocking of 3 x 3 x 3 stencils on CUDA cores (the
- * 3.5D blocking of the blocking seed): a block of 256 threads owns a
- * tile of 64 x 32 cells of a plane (each thread 2 columns x 4 rows) and
+ * 3.5D blocking of the blocking seed): a block of 512 threads owns a
+ * tile of 64 x 32 cells of a plane (each thread 2 columns x 2 rows) and
  * streams down a segment of planes, carrying T time steps in flight, so
  * the grid is read and written once per T steps.
  *
  * Each arriving plane cascades through the T levels as tb2d's rows do
  * ("push": the plane's three in-plane filters, one per kernel plane, go
  * to the output planes that read it; a level keeps two partial planes in
- * registers).  The in-plane neighbours come from a shared plane per
- * level (double-buffered: one __syncthreads per level).  Each level is
- * exact one cell further in, so a tile stores its central
- * (64 - 2T) x (32 - 2T) cells; a segment starts T planes early.
+ * registers).  The x neighbours come by warp shuffles, the rows above
+ * and below through a shared plane per level (double-buffered: one
+ * __syncthreads per level).  Each level is exact one cell further in, so
+ * a tile stores its central (64 - 2T) x (32 - 2T) cells; a segment
+ * starts T planes early.
  *
  * Tap sets: a 7-point star (heat3d) and an outer product of three
  * vectors (box3d27p: one 3 x 3 in-plane filter a plane, scaled per
- * kernel plane).
+ * kernel plane; the shared plane carries rows filtered along x).
  *
  * Boundary modes, as repeated steps apply them: wrap reads periodically
- * (every cell real); constant reads cval outside the grid at every
- * level; nearest, reflect and mirror read, at every level, the cell the
- * mode maps an outside cell to (tiles at a side edge), and a plane
- * beyond the top or bottom adds nothing while the plane it maps to adds
- * the kernel plane it would have met (tb2d's edge rows).
+ * (every cell real); in tiles at a side edge, constant reads cval
+ * outside the grid at every level, and nearest, reflect and mirror read,
+ * at every level, the cell the mode maps an outside neighbour to (it
+ * lies in the tile, at most two cells in).  A plane beyond the top or
+ * bottom is cval (constant) or adds nothing while the plane it maps to
+ * adds the kernel plane it would have met (tb2d's edge rows).
  */
 #include "kernels.cuh"
 
 #include <limits.h>
 #include <string.h>
 
-#define T3_THREADS 256
-#define T3_CY 4                      /* rows per thread */
-#define T3_V 2                       /* columns per thread */
-#define T3_TX (32 * T3_V)            /* tile columns */
+#define T3_THREADS 512
+#define T3_CY 2                         /* rows per thread */
+#define T3_V 2                          /* columns per thread */
+#define T3_TX (32 * T3_V)               /* tile columns: a warp's row */
 #define T3_TY (T3_THREADS / 32 * T3_CY) /* tile rows */
 #define T3_STAR CS_TB3D_STAR
 #define T3_RANK1 CS_TB3D_RANK1
+#define T3_CVAL (T3_V + 2) /* a window entry read as cval (constant) */
 
 typedef struct tb3_params {
     const double *in; /* origins (interior element (0, 0, 0)) */
@@ -62,129 +65,144 @@ tile_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
     return start < last ? start : (last > 0 ? last : 0);
 }
 
-/* What a block streams, and where this thread's cells and reads are. */
-struct tb3_tile {
-    ptrdiff_t ox, oy;  /* grid coordinates of tile cell (0, 0) */
-    ptrdiff_t z0, z1;  /* owned planes */
-    int x0, y0;        /* this thread's first cell, tile coordinates */
-    int my[T3_CY + 2]; /* edge tiles: the tile row each row of the read
-                          window stands for (-2: outside, constant) */
-    int mx[T3_V + 2];  /* ... and column */
+/*
+ * Where a thread's cells are and, in a tile at a side edge, where their
+ * reads come from.  A thread holds rows y0, y0 + 1 and columns x0,
+ * x0 + 1 of the tile; its x window is columns x0 - 1 .. x0 + 2.
+ */
+struct tb3_cells {
+    ptrdiff_t oy, ox; /* grid coordinates of tile cell (0, 0) */
+    int y0, x0;
+    /* edge tiles only */
+    ptrdiff_t row[T3_CY]; /* offset of the row each own row loads (-1: cval) */
+    ptrdiff_t col[T3_V];  /* the column each own column loads (-1: cval) */
+    int up[T3_CY], down[T3_CY]; /* shared-plane row read above / below
+                                   each own row (-1: the cval row) */
+    int srcx[T3_V + 2]; /* the window entry each entry reads (T3_CVAL) */
 };
 
-/* The grid cell an index along an axis of n cells stands for (-1:
-   constant mode, outside). */
-static __device__ __forceinline__ ptrdiff_t
-map_index(ptrdiff_t g, ptrdiff_t n, cs_mode mode)
+/* The shared-plane row (tile row + 1) an own row at grid row `reader`
+   reads for grid row g, its neighbour: the mapped row where g is outside
+   the grid and the reader inside (-1: constant's cval row). */
+static __device__ __forceinline__ int
+neighbour_row(const tb3_params &p, const tb3_cells &cl, ptrdiff_t reader,
+              ptrdiff_t g)
 {
-    if (g >= 0 && g < n) {
-        return g;
+    const int plain = (int)(g - cl.oy) + 1;
+    if (reader < 0 || reader >= p.ny || (g >= 0 && g < p.ny)
+        || p.mode == CS_MODE_WRAP) {
+        return plain; /* wrap: the tile's own periodic row is real */
     }
-    return cs_extend_index(g, n, mode);
+    const ptrdiff_t m = cs_extend_index(g, p.ny, p.mode);
+    if (m < 0) {
+        return -1;
+    }
+    const ptrdiff_t t = m - cl.oy; /* within the tile: mapped rows lie
+                                      at most 2 rows inside */
+    return t >= 0 && t < T3_TY ? (int)t + 1 : plain;
 }
 
-/* Level-0 plane r into this thread's cells.  MAPPED: some cell or the
-   plane lies outside the grid (read as the mode maps it; constant:
-   cval). */
-template <bool MAPPED>
+/* An edge tile's maps: what each own cell loads (the cell the mode maps
+   it to; wrap: the periodic cell, every cell real), and where in-grid
+   cells read neighbours that lie outside. */
 static __device__ __forceinline__ void
-load_plane(const tb3_params &p, const tb3_tile &tl, ptrdiff_t r,
-           double (&v)[T3_CY][T3_V])
+edge_maps(const tb3_params &p, tb3_cells &cl)
+{
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+        const ptrdiff_t gy = cl.oy + cl.y0 + c;
+        const ptrdiff_t m = cs_extend_index(gy, p.ny, p.mode);
+        cl.row[c] = m < 0 ? -1 : m * p.in_pitch;
+        cl.up[c] = neighbour_row(p, cl, gy, gy - 1);
+        cl.down[c] = neighbour_row(p, cl, gy, gy + 1);
+    }
+#pragma unroll
+    for (int j = 0; j < T3_V; j++) {
+        cl.col[j] = cs_extend_index(cl.ox + cl.x0 + j, p.nx, p.mode);
+    }
+    const ptrdiff_t left = cl.ox + cl.x0 - 1; /* window entry 0 */
+#pragma unroll
+    for (int k = 0; k < T3_V + 2; k++) {
+        const ptrdiff_t g = left + k;
+        cl.srcx[k] = k;
+        if ((g >= 0 && g < p.nx) || p.mode == CS_MODE_WRAP) {
+            continue;
+        }
+        const ptrdiff_t m = cs_extend_index(g, p.nx, p.mode);
+        if (m < 0) {
+            cl.srcx[k] = T3_CVAL;
+        } else if (m - left >= 0 && m - left < T3_V + 2) {
+            cl.srcx[k] = (int)(m - left); /* otherwise only cells
+                                             outside read it */
+        }
+    }
+}
+
+/* Plane r's own cells (interior tiles: from in_off, the first one's
+   offset in a plane); a plane beyond the top or bottom: wrap's periodic
+   plane, otherwise any (the step replaces it). */
+template <bool EDGE>
+static __device__ __forceinline__ void
+load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
+           ptrdiff_t r, double (&v)[T3_CY][T3_V])
 {
     ptrdiff_t z = r;
     if (r < 0 || r >= p.nz) {
-        /* wrap: the periodic plane; otherwise any plane (a plane beyond
-           the edge is replaced by cval or adds nothing) */
         z = p.mode == CS_MODE_WRAP ? cs_positive_mod(r, p.nz)
                                    : (r < 0 ? 0 : p.nz - 1);
     }
     const double *plane = p.in + z * p.in_plane;
+    if (!EDGE) {
+        const double *src = plane + in_off;
+#pragma unroll
+        for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+            for (int j = 0; j < T3_V; j++) {
+                v[c][j] = src[c * p.in_pitch + j];
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
         for (int j = 0; j < T3_V; j++) {
-            const ptrdiff_t gy = tl.oy + tl.y0 + c, gx = tl.ox + tl.x0 + j;
-            if (!MAPPED) {
-                v[c][j] = plane[gy * p.in_pitch + gx];
-                continue;
-            }
-            const ptrdiff_t my = map_index(gy, p.ny, p.mode);
-            const ptrdiff_t mx = map_index(gx, p.nx, p.mode);
-            v[c][j] = my < 0 || mx < 0 ? p.cval
-                                       : plane[my * p.in_pitch + mx];
+            v[c][j] = cl.row[c] < 0 || cl.col[j] < 0
+                          ? p.cval
+                          : plane[cl.row[c] + cl.col[j]];
         }
     }
 }
 
-/* The arriving plane's 3 x 3 neighbourhoods of this thread's cells:
-   n[i][k] is tile cell (y0 - 1 + i, x0 - 1 + k).  XYEDGE: every read goes
-   through the mode's map (constant: cval outside); otherwise the own
-   cells come from registers and the rest from the shared plane. */
-template <bool XYEDGE>
-static __device__ __forceinline__ void
-gather(const tb3_params &p, const tb3_tile &tl, const double (*S)[T3_TX + 2],
-       const double (&a)[T3_CY][T3_V], double (&n)[T3_CY + 2][T3_V + 2])
+/* Window entry s of w (T3_CVAL: cval). */
+static __device__ __forceinline__ double
+window_entry(const double (&w)[T3_V + 2], int s, double cval)
 {
-#pragma unroll
-    for (int i = 0; i < T3_CY + 2; i++) {
-#pragma unroll
-        for (int k = 0; k < T3_V + 2; k++) {
-            if (XYEDGE) {
-                n[i][k] = tl.my[i] == -2 || tl.mx[k] == -2
-                              ? p.cval
-                              : S[tl.my[i] + 1][tl.mx[k] + 1];
-            } else if (i >= 1 && i <= T3_CY && k >= 1 && k <= T3_V) {
-                n[i][k] = a[i - 1][k - 1];
-            } else {
-                n[i][k] = S[tl.y0 + i][tl.x0 + k];
-            }
-        }
-    }
-}
-
-/* The three in-plane filters (kernel planes 0, 1, 2) at cell (c, j). */
-template <int SHAPE>
-static __device__ __forceinline__ void
-plane_filters(const tb3_params &p, const double (&n)[T3_CY + 2][T3_V + 2],
-              int c, int j, double f[3])
-{
-    const double v = n[c + 1][j + 1];
-    if (SHAPE == T3_STAR) {
-        f[0] = p.w[4] * v;
-        f[2] = p.w[22] * v;
-        double s = p.w[13] * v;
-        s = fma(p.w[12], n[c + 1][j], s);
-        s = fma(p.w[14], n[c + 1][j + 2], s);
-        s = fma(p.w[10], n[c][j + 1], s);
-        f[1] = fma(p.w[16], n[c + 2][j + 1], s);
-    } else {
-        double h = 0.0;
-#pragma unroll
-        for (int dy = 0; dy < 3; dy++) {
-            double row = p.cx[0] * n[c + dy][j];
-            row = fma(p.cx[1], n[c + dy][j + 1], row);
-            row = fma(p.cx[2], n[c + dy][j + 2], row);
-            h = dy == 0 ? p.cy[0] * row : fma(p.cy[dy], row, h);
-        }
-        f[0] = p.cz[0] * h;
-        f[1] = p.cz[1] * h;
-        f[2] = p.cz[2] * h;
-    }
+    return s == 0 ? w[0] : s == 1 ? w[1] : s == 2 ? w[2] : s == 3 ? w[3]
+                                                                  : cval;
 }
 
 /*
  * One level: plane `rin` of level t - 1 arrives in a; on return a holds
  * output plane rin - 1 of level t, complete, and P the partial planes
- * rin and rin + 1.  ZEDGE: the mode has edges along z (not wrap).
- * `buf` alternates the shared planes, one per write.
+ * rin and rin + 1 (each plane's three in-plane filters, one per kernel
+ * plane, go to the output planes that read it).  The x neighbours come
+ * by shuffles (the outer lanes' are the margin's, never stored), the
+ * rows above and below from the shared plane, where every thread leaves
+ * its own rows (an outer product: its rows filtered along x).  EDGE: in-
+ * grid cells read neighbours outside the grid where the mode maps them
+ * (cl's maps).  ZEDGE: rin may be outside the grid or at a plane the
+ * z edges of nearest, reflect and mirror touch (not wrap).  `cvrow`:
+ * what constant mode's outside row leaves in the shared plane.  `buf`
+ * alternates the shared planes, one per write.
  */
-template <int SHAPE, bool XYEDGE>
+template <int SHAPE, bool EDGE, bool ZEDGE>
 static __device__ __forceinline__ void
-level_step(const tb3_params &p, const tb3_tile &tl, double (&a)[T3_CY][T3_V],
-           double (&P)[2][T3_CY][T3_V], ptrdiff_t rin, bool zedge,
-           double (*S)[T3_TY + 2][T3_TX + 2], int &buf)
+level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
+           double (&P)[2][T3_CY][T3_V], ptrdiff_t rin, double cvrow,
+           double2 (*S)[T3_TY + 2][T3_TX / 2], int &buf)
 {
-    if (zedge && (rin < 0 || rin >= p.nz)) {
+    if (ZEDGE && (rin < 0 || rin >= p.nz)) {
         if (p.mode == CS_MODE_CONSTANT) {
 #pragma unroll
             for (int c = 0; c < T3_CY; c++) {
@@ -206,30 +224,104 @@ level_step(const tb3_params &p, const tb3_tile &tl, double (&a)[T3_CY][T3_V],
             return;
         }
     }
-    double (*plane)[T3_TX + 2] = S[buf];
-    buf ^= 1;
+    /* x: e[c][0] is column x0 - 1, e[c][1..2] the own, e[c][3] x0 + 2 */
+    double e[T3_CY][T3_V + 2];
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+        e[c][0] = __shfl_up_sync(0xffffffffu, a[c][T3_V - 1], 1);
+        e[c][T3_V + 1] = __shfl_down_sync(0xffffffffu, a[c][0], 1);
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            e[c][j + 1] = a[c][j];
+        }
+        if (EDGE) {
+            double w[T3_V + 2];
+#pragma unroll
+            for (int k = 0; k < T3_V + 2; k++) {
+                w[k] = e[c][k];
+            }
+#pragma unroll
+            for (int k = 0; k < T3_V + 2; k++) {
+                e[c][k] = window_entry(w, cl.srcx[k], p.cval);
+            }
+        }
+    }
+    /* what the rows above and below need of this row: the star its
+       values, an outer product its filter along x */
+    double x[T3_CY][T3_V];
 #pragma unroll
     for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
         for (int j = 0; j < T3_V; j++) {
-            plane[tl.y0 + c + 1][tl.x0 + j + 1] = a[c][j];
+            if (SHAPE == T3_STAR) {
+                x[c][j] = a[c][j];
+            } else {
+                double h = p.cx[0] * e[c][j];
+                h = fma(p.cx[1], e[c][j + 1], h);
+                x[c][j] = fma(p.cx[2], e[c][j + 2], h);
+            }
         }
     }
+    double2 (*plane)[T3_TX / 2] = S[buf];
+    buf ^= 1;
+    const int col = cl.x0 / T3_V;
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+        plane[cl.y0 + c + 1][col] = make_double2(x[c][0], x[c][1]);
+    }
     __syncthreads();
-    double n[T3_CY + 2][T3_V + 2];
-    gather<XYEDGE>(p, tl, plane, a, n);
+    double above[T3_CY][T3_V], below[T3_CY][T3_V];
+    if (EDGE) {
+#pragma unroll
+        for (int c = 0; c < T3_CY; c++) {
+            const double2 u = plane[cl.up[c] < 0 ? 0 : cl.up[c]][col];
+            const double2 d = plane[cl.down[c] < 0 ? 0 : cl.down[c]][col];
+            above[c][0] = cl.up[c] < 0 ? cvrow : u.x;
+            above[c][1] = cl.up[c] < 0 ? cvrow : u.y;
+            below[c][0] = cl.down[c] < 0 ? cvrow : d.x;
+            below[c][1] = cl.down[c] < 0 ? cvrow : d.y;
+        }
+    } else {
+        const double2 u = plane[cl.y0][col];
+        const double2 d = plane[cl.y0 + T3_CY + 1][col];
+#pragma unroll
+        for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+            for (int j = 0; j < T3_V; j++) {
+                above[c][j] = c > 0 ? x[c - 1][j] : (j == 0 ? u.x : u.y);
+                below[c][j] = c + 1 < T3_CY ? x[c + 1][j]
+                                            : (j == 0 ? d.x : d.y);
+            }
+        }
+    }
     /* the z edges of nearest, reflect, mirror: plane -1 maps to plane f
        and plane nz to nz - 1 - f (f: 0, 0, 1) */
     const int f = p.mode == CS_MODE_MIRROR ? 1 : 0;
-    const bool top = zedge && p.mode != CS_MODE_CONSTANT && rin == f;
-    const bool bottom = zedge && p.mode != CS_MODE_CONSTANT
+    const bool top = ZEDGE && p.mode != CS_MODE_CONSTANT && rin == f;
+    const bool bottom = ZEDGE && p.mode != CS_MODE_CONSTANT
                         && rin == p.nz - 1 - f;
 #pragma unroll
     for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
         for (int j = 0; j < T3_V; j++) {
             double fk[3];
-            plane_filters<SHAPE>(p, n, c, j, fk);
+            if (SHAPE == T3_STAR) {
+                const double v = a[c][j];
+                fk[0] = p.w[4] * v;
+                fk[2] = p.w[22] * v;
+                double s = p.w[13] * v;
+                s = fma(p.w[12], e[c][j], s);
+                s = fma(p.w[14], e[c][j + 2], s);
+                s = fma(p.w[10], above[c][j], s);
+                fk[1] = fma(p.w[16], below[c][j], s);
+            } else {
+                double h = p.cy[0] * above[c][j];
+                h = fma(p.cy[1], x[c][j], h);
+                h = fma(p.cy[2], below[c][j], h);
+                fk[0] = p.cz[0] * h;
+                fk[1] = p.cz[1] * h;
+                fk[2] = p.cz[2] * h;
+            }
             a[c][j] = fk[2] + P[0][c][j];
             P[0][c][j] = fk[1] + P[1][c][j];
             P[1][c][j] = fk[0];
@@ -251,376 +343,177 @@ level_step(const tb3_params &p, const tb3_tile &tl, double (&a)[T3_CY][T3_V],
     }
 }
 
-/* A block's whole stream: planes z0 - T .. z1 - 1 + T of level 0. */
-template <int T, int SHAPE, bool FLAGS, bool XYEDGE, bool MAPPED>
-static __device__ __forceinline__ void
-stream_tile(const tb3_params &p, const tb3_tile &tl,
-            double (*S)[T3_TY + 2][T3_TX + 2], unsigned &bad)
+/* The exponent bits of v: all set (T3_NONFINITE) for an infinity or NaN;
+   a running maximum of them notes one. */
+#define T3_NONFINITE 0x7ff00000u
+static __device__ __forceinline__ unsigned
+exponent_bits(double v)
 {
-    constexpr int M = T;
-    double P[T][2][T3_CY][T3_V];
-#pragma unroll
-    for (int t = 0; t < T; t++) {
-#pragma unroll
-        for (int c = 0; c < T3_CY; c++) {
-#pragma unroll
-            for (int j = 0; j < T3_V; j++) {
-                P[t][0][c][j] = P[t][1][c][j] = 0.0;
-            }
-        }
-    }
-    const bool zedge = p.mode != CS_MODE_WRAP;
-    const ptrdiff_t first = tl.z0 - T, last = tl.z1 - 1 + T;
-    double nxt[T3_CY][T3_V];
-    load_plane<true>(p, tl, first, nxt);
-    int buf = 0;
-    for (ptrdiff_t r = first; r <= last; r++) {
+    return (unsigned)__double2hiint(v) & T3_NONFINITE;
+}
+
+/* What a block carries down its stream. */
+template <int T>
+struct tb3_stream {
+    double P[T][2][T3_CY][T3_V]; /* each level's partial planes */
+    double next[T3_CY][T3_V];    /* the plane read ahead */
+    ptrdiff_t in_off, out_off;   /* the thread's first cell in a plane
+                                    (interior tiles) */
+    unsigned own;                /* bit c * T3_V + j: cell (c, j) stored */
+    unsigned in_exp, out_exp;    /* exponent_bits' maxima (FLAGS) */
+    int buf;                     /* the shared plane written next */
+};
+
+/* Planes r0 .. r1 - 1 of level 0 (of a stream ending at `last`): each
+   arriving plane cascades through the T levels, and output plane r - T,
+   if in z0 .. z1 - 1, is stored. */
+template <int T, int SHAPE, bool FLAGS, bool EDGE, bool ZEDGE>
+static __device__ __forceinline__ void
+stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
+              ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t last, ptrdiff_t z0,
+              ptrdiff_t z1, double cvrow, double2 (*S)[T3_TY + 2][T3_TX / 2])
+{
+    for (ptrdiff_t r = r0; r < r1; r++) {
         double a[T3_CY][T3_V];
 #pragma unroll
         for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
             for (int j = 0; j < T3_V; j++) {
-                a[c][j] = nxt[c][j];
+                a[c][j] = st.next[c][j];
+                if (FLAGS) {
+                    st.in_exp = max(st.in_exp, exponent_bits(a[c][j]));
+                }
             }
         }
         if (r + 1 <= last) {
-            if (MAPPED || r + 1 < 0 || r + 1 >= p.nz) {
-                load_plane<true>(p, tl, r + 1, nxt);
-            } else {
-                load_plane<false>(p, tl, r + 1, nxt);
-            }
-        }
-        if (FLAGS) {
-#pragma unroll
-            for (int c = 0; c < T3_CY; c++) {
-#pragma unroll
-                for (int j = 0; j < T3_V; j++) {
-                    bad |= isfinite(a[c][j]) ? 0u : 1u;
-                }
-            }
+            load_plane<EDGE>(p, cl, st.in_off, r + 1, st.next);
         }
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            level_step<SHAPE, XYEDGE>(p, tl, a, P[t], r - t, zedge, S, buf);
-        }
-        const ptrdiff_t zo = r - T;
-        if (zo < tl.z0 || zo >= tl.z1) {
-            continue;
-        }
-        double *out = p.out + zo * p.out_plane;
-#pragma unroll
-        for (int c = 0; c < T3_CY; c++) {
-#pragma unroll
-            for (int j = 0; j < T3_V; j++) {
-                const int ty = tl.y0 + c, tx = tl.x0 + j;
-                const ptrdiff_t gy = tl.oy + ty, gx = tl.ox + tx;
-                if (ty >= M && ty < T3_TY - M && tx >= M && tx < T3_TX - M
-                    && gy >= 0 && gy < p.ny && gx >= 0 && gx < p.nx) {
-                    out[gy * p.out_pitch + gx] = a[c][j];
-                    if (FLAGS) {
-                        bad |= isfinite(a[c][j]) ? 0u : 2u;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/* Tiles at a side edge of the grid (interior tiles: tb3d_inner_kernel;
-   here they return at once). */
-template <int T, int SHAPE, bool FLAGS>
-__global__ void __launch_bounds__(T3_THREADS, 1)
-tb3d_edge_kernel(const tb3_params p)
-{
-    constexpr int M = T;
-    constexpr int OWNX = T3_TX - 2 * M, OWNY = T3_TY - 2 * M;
-    __shared__ double S[2][T3_TY + 2][T3_TX + 2];
-    double *flat = &S[0][0][0];
-    for (int i = threadIdx.x; i < 2 * (T3_TY + 2) * (T3_TX + 2);
-         i += T3_THREADS) {
-        flat[i] = 0.0; /* the border rows and columns: read, never used */
-    }
-    __syncthreads();
-    const ptrdiff_t tiles = p.tiles_x * p.tiles_y;
-    const ptrdiff_t tile = (ptrdiff_t)blockIdx.x % tiles;
-    const ptrdiff_t seg = (ptrdiff_t)blockIdx.x / tiles;
-    tb3_tile tl;
-    tl.ox = tile_origin(tile % p.tiles_x, OWNX, p.nx) - M;
-    tl.oy = tile_origin(tile / p.tiles_x, OWNY, p.ny) - M;
-    tl.z0 = seg * p.seg_planes;
-    tl.z1 = tl.z0 + p.seg_planes < p.nz ? tl.z0 + p.seg_planes : p.nz;
-    tl.x0 = (int)(threadIdx.x % 32) * T3_V;
-    tl.y0 = (int)(threadIdx.x / 32) * T3_CY;
-    unsigned bad = 0;
-    const bool inside = tl.ox >= 0 && tl.ox + T3_TX <= p.nx && tl.oy >= 0
-                        && tl.oy + T3_TY <= p.ny;
-    if (inside) {
-        return; /* the whole block: tb3d_inner_kernel's */
-    }
-    if (p.mode == CS_MODE_WRAP) { /* read mapped, every cell real */
-        stream_tile<T, SHAPE, FLAGS, false, true>(p, tl, S, bad);
-    } else {
-        for (int i = 0; i < T3_CY + 2; i++) {
-            const ptrdiff_t g = tl.oy + tl.y0 - 1 + i;
-            const ptrdiff_t m = map_index(g, p.ny, p.mode);
-            const ptrdiff_t t = m - tl.oy;
-            tl.my[i] = m < 0 ? -2 : (int)(t < -1 ? -1 : t > T3_TY ? T3_TY : t);
-        }
-        for (int k = 0; k < T3_V + 2; k++) {
-            const ptrdiff_t g = tl.ox + tl.x0 - 1 + k;
-            const ptrdiff_t m = map_index(g, p.nx, p.mode);
-            const ptrdiff_t t = m - tl.ox;
-            tl.mx[k] = m < 0 ? -2 : (int)(t < -1 ? -1 : t > T3_TX ? T3_TX : t);
-        }
-        stream_tile<T, SHAPE, FLAGS, true, true>(p, tl, S, bad);
-    }
-    if ((bad & 1u) && p.in_flag != nullptr) {
-        *p.in_flag = 1;
-    }
-    if ((bad & 2u) && p.out_flag != nullptr) {
-        *p.out_flag = 1;
-    }
-}
-
-/* ------------------------------------------------------------------------
- * interior tiles: 512 threads, each 2 columns x 2 rows; x neighbours by
- * shuffles, y neighbours through the shared plane
- * --------------------------------------------------------------------- */
-
-#define T3I_THREADS 512
-#define T3I_CY 2 /* rows per thread: T3_TY = 16 warps x 2 */
-
-/* Plane r's cells of this thread (rows y0, y0 + 1, columns x0, x0 + 1
-   of a tile inside the grid); a plane beyond the top or bottom as
-   load_plane reads it. */
-static __device__ __forceinline__ void
-load_inner(const tb3_params &p, ptrdiff_t oy, ptrdiff_t ox, int y0, int x0,
-           ptrdiff_t r, double (&v)[T3I_CY][T3_V])
-{
-    ptrdiff_t z = r;
-    if (r < 0 || r >= p.nz) {
-        z = p.mode == CS_MODE_WRAP ? cs_positive_mod(r, p.nz)
-                                   : (r < 0 ? 0 : p.nz - 1);
-    }
-    const double *src = p.in + z * p.in_plane + (oy + y0) * p.in_pitch
-                        + ox + x0;
-#pragma unroll
-    for (int c = 0; c < T3I_CY; c++) {
-#pragma unroll
-        for (int j = 0; j < T3_V; j++) {
-            v[c][j] = src[c * p.in_pitch + j];
-        }
-    }
-}
-
-/* One level of an interior tile (level_step's contract): the x
-   neighbours by shuffles (the outer lanes' are the margin's, never
-   stored), the rows above and below from the shared plane, where every
-   thread leaves its own rows (an outer product: its rows filtered along
-   x). */
-template <int SHAPE>
-static __device__ __forceinline__ void
-inner_step(const tb3_params &p, double (&a)[T3I_CY][T3_V],
-           double (&P)[2][T3I_CY][T3_V], ptrdiff_t rin, bool zedge,
-           double2 (*S)[T3_TY + 2][T3_TX / 2], int &buf, int y0, int x0)
-{
-    if (zedge && (rin < 0 || rin >= p.nz)) {
-        if (p.mode == CS_MODE_CONSTANT) {
-#pragma unroll
-            for (int c = 0; c < T3I_CY; c++) {
-#pragma unroll
-                for (int j = 0; j < T3_V; j++) {
-                    a[c][j] = p.cval;
-                }
-            }
-        } else { /* adds nothing: the plane it maps to adds for it */
-#pragma unroll
-            for (int c = 0; c < T3I_CY; c++) {
-#pragma unroll
-                for (int j = 0; j < T3_V; j++) {
-                    a[c][j] = P[0][c][j];
-                    P[0][c][j] = P[1][c][j];
-                    P[1][c][j] = 0.0;
-                }
-            }
-            return;
-        }
-    }
-    /* x: e[c][0] is column x0 - 1, e[c][1..2] the own, e[c][3] x0 + 2 */
-    double e[T3I_CY][T3_V + 2];
-#pragma unroll
-    for (int c = 0; c < T3I_CY; c++) {
-        e[c][0] = __shfl_up_sync(0xffffffffu, a[c][T3_V - 1], 1);
-        e[c][T3_V + 1] = __shfl_down_sync(0xffffffffu, a[c][0], 1);
-#pragma unroll
-        for (int j = 0; j < T3_V; j++) {
-            e[c][j + 1] = a[c][j];
-        }
-    }
-    /* what the rows above and below need of this row: the star its
-       values, an outer product its filter along x */
-    double x[T3I_CY][T3_V];
-#pragma unroll
-    for (int c = 0; c < T3I_CY; c++) {
-#pragma unroll
-        for (int j = 0; j < T3_V; j++) {
-            if (SHAPE == T3_STAR) {
-                x[c][j] = a[c][j];
-            } else {
-                double h = p.cx[0] * e[c][j];
-                h = fma(p.cx[1], e[c][j + 1], h);
-                x[c][j] = fma(p.cx[2], e[c][j + 2], h);
-            }
-        }
-    }
-    double2 (*plane)[T3_TX / 2] = S[buf];
-    buf ^= 1;
-    const int col = x0 / T3_V;
-#pragma unroll
-    for (int c = 0; c < T3I_CY; c++) {
-        plane[y0 + c + 1][col] = make_double2(x[c][0], x[c][1]);
-    }
-    __syncthreads();
-    const double2 up = plane[y0][col];
-    const double2 down = plane[y0 + T3I_CY + 1][col];
-    const bool top = zedge && p.mode != CS_MODE_CONSTANT
-                     && rin == (p.mode == CS_MODE_MIRROR ? 1 : 0);
-    const bool bottom = zedge && p.mode != CS_MODE_CONSTANT
-                        && rin == p.nz - 1 - (p.mode == CS_MODE_MIRROR ? 1 : 0);
-    const int f = p.mode == CS_MODE_MIRROR ? 1 : 0;
-#pragma unroll
-    for (int c = 0; c < T3I_CY; c++) {
-#pragma unroll
-        for (int j = 0; j < T3_V; j++) {
-            const double above = c > 0 ? x[c - 1][j]
-                                       : (j == 0 ? up.x : up.y);
-            const double below = c + 1 < T3I_CY ? x[c + 1][j]
-                                                : (j == 0 ? down.x : down.y);
-            double fk[3];
-            if (SHAPE == T3_STAR) {
-                const double v = a[c][j];
-                fk[0] = p.w[4] * v;
-                fk[2] = p.w[22] * v;
-                double s = p.w[13] * v;
-                s = fma(p.w[12], e[c][j], s);
-                s = fma(p.w[14], e[c][j + 2], s);
-                s = fma(p.w[10], above, s);
-                fk[1] = fma(p.w[16], below, s);
-            } else {
-                double h = p.cy[0] * above;
-                h = fma(p.cy[1], x[c][j], h);
-                h = fma(p.cy[2], below, h);
-                fk[0] = p.cz[0] * h;
-                fk[1] = p.cz[1] * h;
-                fk[2] = p.cz[2] * h;
-            }
-            a[c][j] = fk[2] + P[0][c][j];
-            P[0][c][j] = fk[1] + P[1][c][j];
-            P[1][c][j] = fk[0];
-            if (top) {
-                if (f == 0) {
-                    P[0][c][j] += fk[0];
-                } else {
-                    a[c][j] += fk[0];
-                }
-            }
-            if (bottom) {
-                if (f == 0) {
-                    P[0][c][j] += fk[2];
-                } else {
-                    P[1][c][j] += fk[2];
-                }
-            }
-        }
-    }
-}
-
-template <int T, int SHAPE, bool FLAGS>
-__global__ void __launch_bounds__(T3I_THREADS, 1)
-tb3d_inner_kernel(const tb3_params p)
-{
-    constexpr int M = T;
-    constexpr int OWNX = T3_TX - 2 * M, OWNY = T3_TY - 2 * M;
-    __shared__ double2 S[2][T3_TY + 2][T3_TX / 2];
-    const ptrdiff_t tiles = p.tiles_x * p.tiles_y;
-    const ptrdiff_t tile = (ptrdiff_t)blockIdx.x % tiles;
-    const ptrdiff_t seg = (ptrdiff_t)blockIdx.x / tiles;
-    const ptrdiff_t ox = tile_origin(tile % p.tiles_x, OWNX, p.nx) - M;
-    const ptrdiff_t oy = tile_origin(tile / p.tiles_x, OWNY, p.ny) - M;
-    if (!(ox >= 0 && ox + T3_TX <= p.nx && oy >= 0
-          && oy + T3_TY <= p.ny)) {
-        return; /* the whole block: tb3d_edge_kernel's */
-    }
-    for (int i = threadIdx.x; i < 2 * (T3_TY + 2) * (T3_TX / 2);
-         i += T3I_THREADS) {
-        (&S[0][0][0])[i] = make_double2(0.0, 0.0); /* the border rows:
-                                                       read, never used */
-    }
-    __syncthreads();
-    const ptrdiff_t z0 = seg * p.seg_planes;
-    const ptrdiff_t z1 = z0 + p.seg_planes < p.nz ? z0 + p.seg_planes : p.nz;
-    const int x0 = (int)(threadIdx.x % 32) * T3_V;
-    const int y0 = (int)(threadIdx.x / 32) * T3I_CY;
-    double P[T][2][T3I_CY][T3_V];
-#pragma unroll
-    for (int t = 0; t < T; t++) {
-#pragma unroll
-        for (int c = 0; c < T3I_CY; c++) {
-#pragma unroll
-            for (int j = 0; j < T3_V; j++) {
-                P[t][0][c][j] = P[t][1][c][j] = 0.0;
-            }
-        }
-    }
-    const bool zedge = p.mode != CS_MODE_WRAP;
-    const ptrdiff_t first = z0 - T, last = z1 - 1 + T;
-    unsigned bad = 0;
-    double nxt[T3I_CY][T3_V];
-    load_inner(p, oy, ox, y0, x0, first, nxt);
-    int buf = 0;
-    for (ptrdiff_t r = first; r <= last; r++) {
-        double a[T3I_CY][T3_V];
-#pragma unroll
-        for (int c = 0; c < T3I_CY; c++) {
-#pragma unroll
-            for (int j = 0; j < T3_V; j++) {
-                a[c][j] = nxt[c][j];
-            }
-        }
-        if (r + 1 <= last) {
-            load_inner(p, oy, ox, y0, x0, r + 1, nxt);
-        }
-        if (FLAGS) {
-#pragma unroll
-            for (int c = 0; c < T3I_CY; c++) {
-#pragma unroll
-                for (int j = 0; j < T3_V; j++) {
-                    bad |= isfinite(a[c][j]) ? 0u : 1u;
-                }
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            inner_step<SHAPE>(p, a, P[t], r - t, zedge, S, buf, y0, x0);
+            level_step<SHAPE, EDGE, ZEDGE>(p, cl, a, st.P[t], r - t, cvrow, S,
+                                           st.buf);
         }
         const ptrdiff_t zo = r - T;
         if (zo < z0 || zo >= z1) {
             continue;
         }
-        double *out = p.out + zo * p.out_plane;
+        double *out = p.out + zo * p.out_plane + st.out_off;
 #pragma unroll
-        for (int c = 0; c < T3I_CY; c++) {
+        for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
             for (int j = 0; j < T3_V; j++) {
-                const int ty = y0 + c, tx = x0 + j;
-                if (ty >= M && ty < T3_TY - M && tx >= M && tx < T3_TX - M) {
-                    out[(oy + ty) * p.out_pitch + ox + tx] = a[c][j];
+                if (st.own & (1u << (c * T3_V + j))) {
+                    out[c * p.out_pitch + j] = a[c][j];
                     if (FLAGS) {
-                        bad |= isfinite(a[c][j]) ? 0u : 2u;
+                        st.out_exp = max(st.out_exp, exponent_bits(a[c][j]));
                     }
                 }
             }
         }
+    }
+}
+
+/* A block's whole stream: planes z0 - T .. z1 - 1 + T of level 0; it
+   stores the tile's central (T3_TX - 2T) x (T3_TY - 2T) cells of planes
+   z0 .. z1 - 1 (EDGE: those inside the grid).  Only the planes near the
+   top and bottom take the z edge tests. */
+template <int T, int SHAPE, bool FLAGS, bool EDGE>
+static __device__ __forceinline__ void
+stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
+            ptrdiff_t z1, double2 (*S)[T3_TY + 2][T3_TX / 2], unsigned &bad)
+{
+    constexpr int M = T;
+    tb3_stream<T> st;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+#pragma unroll
+        for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+            for (int j = 0; j < T3_V; j++) {
+                st.P[t][0][c][j] = st.P[t][1][c][j] = 0.0;
+            }
+        }
+    }
+    st.in_off = (cl.oy + cl.y0) * p.in_pitch + cl.ox + cl.x0;
+    st.out_off = (cl.oy + cl.y0) * p.out_pitch + cl.ox + cl.x0;
+    st.own = 0;
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            const int ty = cl.y0 + c, tx = cl.x0 + j;
+            const ptrdiff_t gy = cl.oy + ty, gx = cl.ox + tx;
+            if (ty >= M && ty < T3_TY - M && tx >= M && tx < T3_TX - M
+                && gy >= 0 && gy < p.ny && gx >= 0 && gx < p.nx) {
+                st.own |= 1u << (c * T3_V + j);
+            }
+        }
+    }
+    st.in_exp = st.out_exp = 0;
+    st.buf = 0;
+    /* constant's outside row, filtered along x as a row is */
+    double cvrow = p.cval;
+    if (SHAPE == T3_RANK1) {
+        cvrow = fma(p.cx[2], p.cval, fma(p.cx[1], p.cval, p.cx[0] * p.cval));
+    }
+    const ptrdiff_t first = z0 - T, last = z1 - 1 + T;
+    load_plane<EDGE>(p, cl, st.in_off, first, st.next);
+    if (p.mode == CS_MODE_WRAP) { /* every plane a real plane */
+        stream_planes<T, SHAPE, FLAGS, EDGE, false>(p, cl, st, first,
+                                                    last + 1, last, z0, z1,
+                                                    cvrow, S);
+    } else {
+        /* plain planes [lo, hi): every level's plane rin (r - T + 1 .. r)
+           in 2 .. nz - 3, off the planes the edge tests touch */
+        ptrdiff_t lo = T + 1 > first ? T + 1 : first;
+        lo = lo < last + 1 ? lo : last + 1;
+        ptrdiff_t hi = p.nz - 2 < last + 1 ? p.nz - 2 : last + 1;
+        hi = hi > lo ? hi : lo;
+        stream_planes<T, SHAPE, FLAGS, EDGE, true>(p, cl, st, first, lo,
+                                                   last, z0, z1, cvrow, S);
+        stream_planes<T, SHAPE, FLAGS, EDGE, false>(p, cl, st, lo, hi, last,
+                                                    z0, z1, cvrow, S);
+        stream_planes<T, SHAPE, FLAGS, EDGE, true>(p, cl, st, hi, last + 1,
+                                                   last, z0, z1, cvrow, S);
+    }
+    if (FLAGS) {
+        bad |= (st.in_exp == T3_NONFINITE ? 1u : 0u)
+               | (st.out_exp == T3_NONFINITE ? 2u : 0u);
+    }
+}
+
+/* One block per tile and segment of planes; tiles at a side edge run
+   the mapped variant. */
+template <int T, int SHAPE, bool FLAGS>
+__global__ void __launch_bounds__(T3_THREADS, 1)
+tb3d_kernel(const tb3_params p)
+{
+    constexpr int M = T;
+    constexpr int OWNX = T3_TX - 2 * M, OWNY = T3_TY - 2 * M;
+    __shared__ double2 S[2][T3_TY + 2][T3_TX / 2];
+    for (int i = threadIdx.x; i < 2 * (T3_TY + 2) * (T3_TX / 2);
+         i += T3_THREADS) {
+        /* the border rows: read by the margin, never stored */
+        (&S[0][0][0])[i] = make_double2(0.0, 0.0);
+    }
+    __syncthreads();
+    const ptrdiff_t tiles = p.tiles_x * p.tiles_y;
+    const ptrdiff_t tile = (ptrdiff_t)blockIdx.x % tiles;
+    const ptrdiff_t seg = (ptrdiff_t)blockIdx.x / tiles;
+    tb3_cells cl;
+    cl.ox = tile_origin(tile % p.tiles_x, OWNX, p.nx) - M;
+    cl.oy = tile_origin(tile / p.tiles_x, OWNY, p.ny) - M;
+    cl.x0 = (int)(threadIdx.x % 32) * T3_V;
+    cl.y0 = (int)(threadIdx.x / 32) * T3_CY;
+    const ptrdiff_t z0 = seg * p.seg_planes;
+    const ptrdiff_t z1 = z0 + p.seg_planes < p.nz ? z0 + p.seg_planes : p.nz;
+    unsigned bad = 0;
+    if (cl.ox >= 0 && cl.ox + T3_TX <= p.nx && cl.oy >= 0
+        && cl.oy + T3_TY <= p.ny) {
+        stream_tile<T, SHAPE, FLAGS, false>(p, cl, z0, z1, S, bad);
+    } else {
+        edge_maps(p, cl);
+        stream_tile<T, SHAPE, FLAGS, true>(p, cl, z0, z1, S, bad);
     }
     if ((bad & 1u) && p.in_flag != nullptr) {
         *p.in_flag = 1;
@@ -664,8 +557,8 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                      &per_sm, tb3d_inner_kernel<T, SHAPE, FLAGS>,
-                      T3I_THREADS, 0),
+                      &per_sm, tb3d_kernel<T, SHAPE, FLAGS>, T3_THREADS,
+                      0),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor (tb3d)");
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1);
     p->tiles_x = CEIL_DIV(p->nx, (ptrdiff_t)(T3_TX - 2 * M));
@@ -678,10 +571,8 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
         return CS_ERR_INVALID;
     }
     const unsigned blocks = (unsigned)p->items;
-    tb3d_inner_kernel<T, SHAPE, FLAGS><<<blocks, T3I_THREADS, 0, ctx->stream>>>(*p);
-    CS_TRY(cs_cuda_check_launch(ctx, "tb3d inner kernel"));
-    tb3d_edge_kernel<T, SHAPE, FLAGS><<<blocks, T3_THREADS, 0, ctx->stream>>>(*p);
-    return cs_cuda_check_launch(ctx, "tb3d edge kernel");
+    tb3d_kernel<T, SHAPE, FLAGS><<<blocks, T3_THREADS, 0, ctx->stream>>>(*p);
+    return cs_cuda_check_launch(ctx, "tb3d kernel");
 }
 
 template <int SHAPE, bool FLAGS, int TOP>

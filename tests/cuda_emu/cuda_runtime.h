@@ -49,6 +49,11 @@ static inline double2 make_double2(double a, double b) { return {a, b}; }
 static inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 using std::isfinite;  // CUDA's device isfinite is a global function
+static inline int __double2hiint(double v) {  // the high 32 bits
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return (int)(uint32_t)(bits >> 32);
+}
 template <class T> static inline T min(T a, T b) { return a < b ? a : b; }
 template <class T> static inline T max(T a, T b) { return a > b ? a : b; }
 static inline void __trap() { abort(); }

@@ -713,25 +713,26 @@ static Kern make_rank1_3d(const std::string &name) {
 }
 
 // tb3d (cuda-core path, 3 x 3 x 3 stars and outer products): every mode,
-// passes of the most steps and a tail pass, tiles moved back at the far
-// edges, several tiles and segments, grids of the least extent.
+// passes of the most steps (3) and a tail pass, tiles moved back at the
+// far edges, tiles inside the grid beside tiles at its edges, several
+// segments, grids of the least extent, and between device arrays
+// without a load or a store.
 static void tb3d_cases(bool quick) {
     const cs_cuda_path CC = CS_CUDA_PATH_CUDA_CORE;
     Kern star = make_kernel("star3d", 3, 3, 3, 3, true, true);
     Kern o3 = make_rank1_3d("rank1_3d");
     for (int m = 0; m < CS_MODE_COUNT; m++) {
         cs_mode mode = (cs_mode)m;
-        run_case(star, 9, 37, 70, mode, 0.5, 5, CC, false, "cuda-core", 4);
-        run_case(o3, 12, 33, 131, mode, -1.5, 9, CC, false, "cuda-core", 4);
-        run_case(star, 8, 8, 8, mode, 0.25, 3, CC, false, "cuda-core", 3);
-        device_array_case(star, 10, 20, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 6, CC, 0, 0);
-        device_array_case(o3, 9, 17, 30, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 4, CC, 0, 0);
+        run_case(star, 9, 37, 70, mode, 0.5, 5, CC, false, "cuda-core", 3);
+        device_array_case(star, 10, 20, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 6, CC, 0, COPIES_NONE);
+        device_array_case(o3, 9, 17, 30, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 4, CC, 0, COPIES_NONE);
         if (quick) continue;
-        run_case(star, 40, 60, 140, mode, 0.75, 11, CC, false, "cuda-core", 4);
+        run_case(o3, 12, 33, 131, mode, -1.5, 7, CC, false, "cuda-core", 3);
+        run_case(star, 8, 8, 8, mode, 0.25, 3, CC, false, "cuda-core", 3);
+        run_case(star, 40, 60, 140, mode, 0.75, 11, CC, false, "cuda-core", 3);
         run_case(o3, 8, 70, 20, mode, 1.0, 2, CC, false, "cuda-core", 2);
-        // tiles inside the grid (the interior kernel) at depths 4 and 3
-        run_case(o3, 10, 60, 140, mode, 0.5, 6, CC, false, "cuda-core", 4);
-        run_case(star, 12, 61, 150, mode, -0.5, 3, CC, false, "cuda-core", 3);
+        run_case(o3, 10, 60, 140, mode, 0.5, 6, CC, false, "cuda-core", 3);
+        run_case(star, 12, 61, 150, mode, -0.5, 1, CC, false, "cuda-core", 1);
     }
 }
 
@@ -829,6 +830,7 @@ int main(int argc, char **argv) {
     Kern k1d9 = make_kernel("k1d9", 1, 1, 1, 9);
 
     tb2d_cases(quick);
+    tb3d_cases(quick);
     fold_cases();
     run_case(box9, 1, 15, 40, CS_MODE_REFLECT, 0.0, 4, CC, false, "cuda-core", 1);  // too small for tb2d
 
