@@ -293,7 +293,7 @@ TB3D_TILE = (32, 64)
 TB3D_BLOCKS_PER_SM = 1
 TB3D_MAX_SEGMENTS = 1024
 # The stream is bound by instruction issue and latency (Nsight Compute,
-# h100_ncu_tb3d.md: 16 warps an SM, one barrier a level): per cell and
+# h100_ncu_tb3d.txt: 16 warps an SM, one barrier a level): per cell and
 # level, its multiply-adds plus TB3D_OVERHEAD_OPS others (the shuffles,
 # the shared plane's stores and loads, the barrier's wait), at
 # TB3D_FP64_FRACTION of the FP64 peak in those units.  Fitted to
