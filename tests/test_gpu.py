@@ -365,13 +365,14 @@ def test_cuda_core_fused_band_every_mode(mode, cval, rng):
     input, in every mode (with different weights on every tap, so a wrong
     neighbour or a mirrored index shows), on the smallest grids that fuse,
     thin ones (one axis at the minimum) and a larger odd one, with odd step
-    counts (an unfused remainder)."""
+    counts (an unfused remainder). Every grid has an extent under 8: on
+    larger ones tb3d takes the star (test_tb3d_*)."""
     w = rng.uniform(0.1, 1.0, (3, 3, 3))
     w[rng.random(w.shape) < 0.3] *= -0.5
     w[~in_diamond(3)] = 0.0
     w /= np.abs(w).sum()
     for shape in [(6, 6, 6), (6, 7, 9), (7, 130, 6), (40, 6, 70),
-                  (33, 41, 67)]:
+                  (33, 7, 67)]:
         grid = rng.standard_normal(shape)
         for steps in (2, 3, 6):
             infos = check_all_paths(grid, w, steps, mode, cval,
