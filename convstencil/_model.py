@@ -225,19 +225,26 @@ def tb2d_margin(depth, radius=1):
     return lanes * TB2D_LANE_COLUMNS
 
 
-def tb2d_segments(columns, ny, halo_rows, resident):
-    """Segments per strip, as tb2d.cu's choose_segments picks them: each
-    segment's 2 halo_rows extra rows weighed against the rounds of warps
-    the launch takes, plus one (the first round runs in step; measured
-    in h100_tb2d_segments.md)."""
+def stream_segments(units, n, halo, resident, most):
+    """Segments of the streamed axis (n cells) per unit that streams it,
+    as tb2d.cu and tb3d.cu pick them (cs_stream_segments):
+    each segment's 2 halo extra cells weighed against the rounds of units
+    the launch takes (`resident` at a time), plus one (the first round
+    runs in step; measured in h100_tb2d_segments.md); at most `most`."""
     best, best_cost = 1, None
-    for s in range(1, min(ny, TB2D_MAX_SEGMENTS) + 1):
-        rows = -(-ny // s)
-        rounds = -(-(columns * s) // resident)
-        cost = (rounds + 1) * (rows + 2 * halo_rows)
+    for s in range(1, min(n, most) + 1):
+        cells = -(-n // s)
+        rounds = -(-(units * s) // resident)
+        cost = (rounds + 1) * (cells + 2 * halo)
         if best_cost is None or cost < best_cost:
             best, best_cost = s, cost
     return best
+
+
+def tb2d_segments(columns, ny, halo_rows, resident):
+    """Segments per strip (rows per segment), as tb2d.cu picks them."""
+    return stream_segments(columns, ny, halo_rows, resident,
+                           TB2D_MAX_SEGMENTS)
 
 
 def _tb2d_pass(w, shape, depth, rates):
@@ -303,19 +310,6 @@ TB3D_OVERHEAD_OPS = 9.6
 TB3D_FP64_FRACTION = 0.5
 
 
-def tb3d_segments(tiles, nz, halo, resident):
-    """Segments of planes per tile, as tb3d.cu's tb3_segments picks them
-    (tb2d_segments' rule along z)."""
-    best, best_cost = 1, None
-    for s in range(1, min(nz, TB3D_MAX_SEGMENTS) + 1):
-        planes = -(-nz // s)
-        rounds = -(-(tiles * s) // resident)
-        cost = (rounds + 1) * (planes + 2 * halo)
-        if best_cost is None or cost < best_cost:
-            best, best_cost = s, cost
-    return best
-
-
 def _tb3d_pass(w, shape, depth, rates):
     """Cost of one tb3d pass of `depth` steps: every block reads its tile
     with margins once per plane of its segment and the 2 depth planes
@@ -326,7 +320,7 @@ def _tb3d_pass(w, shape, depth, rates):
     ty, tx = TB3D_TILE
     tiles = -(-ny // (ty - 2 * depth)) * -(-nx // (tx - 2 * depth))
     resident = rates["sms"] * TB3D_BLOCKS_PER_SM
-    segs = tb3d_segments(tiles, nz, depth, resident)
+    segs = stream_segments(tiles, nz, depth, resident, TB3D_MAX_SEGMENTS)
     planes = -(-nz // segs)
     items = tiles * segs
     rounds = -(-items // resident)

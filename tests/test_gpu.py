@@ -112,6 +112,17 @@ def assert_auto_path(info, weights, shape, mode, steps):
     assert info["path"] == want, (want, info)
 
 
+def check_cuda_core_depth(shape, w, steps, mode, cval, top, rng):
+    """The CUDA-core path on a random grid of `shape` against the CPU
+    engine, fused `top` steps a pass (fewer when there are fewer)."""
+    infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps, mode,
+                            cval, dict(shape=shape, steps=steps,
+                                       seed=rng.seed),
+                            backends=("cuda-core",))
+    cc = infos["cuda-core"]
+    assert cc["fused_depth"] == min(top, steps), cc
+
+
 # ---------------------------------------------------------------------------
 # presets: every path, mode and step count on small and medium grids
 
@@ -545,13 +556,7 @@ def test_tb2d_random_kernels(shape, mode, cval, rng):
         if len(shape) == 3:
             w = w[None]
         for steps in (1, 8, 13):
-            infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps,
-                                    mode, cval,
-                                    dict(shape=shape, steps=steps,
-                                         seed=rng.seed),
-                                    backends=("cuda-core",))
-            cc = infos["cuda-core"]
-            assert cc["fused_depth"] == min(8, steps), cc
+            check_cuda_core_depth(shape, w, steps, mode, cval, 8, rng)
 
 
 def random_plus(rng, side):
@@ -580,13 +585,7 @@ def test_tb2d_random_pluses_and_outer_products(make, side, top, shape, mode,
     if len(shape) == 3:
         w = w[None]
     for steps in (1, top, 2 * top + 1, 13):
-        infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps,
-                                mode, cval,
-                                dict(shape=shape, steps=steps, side=side,
-                                     seed=rng.seed),
-                                backends=("cuda-core",))
-        cc = infos["cuda-core"]
-        assert cc["fused_depth"] == min(top, steps), cc
+        check_cuda_core_depth(shape, w, steps, mode, cval, top, rng)
 
 
 def preset_weights_3x3(rng):
@@ -629,13 +628,7 @@ def test_tb3d_random_stars_and_outer_products(make, shape, mode, cval, rng):
     for steps in (1, 3, 7, 8):
         assert planned(w, steps, shape, mode,
                        _core.PATH_CUDA_CORE)["pass"] == "tb3d"
-        infos = check_all_paths(rng.uniform(-1.0, 1.0, shape), w, steps,
-                                mode, cval,
-                                dict(shape=shape, steps=steps,
-                                     seed=rng.seed),
-                                backends=("cuda-core",))
-        cc = infos["cuda-core"]
-        assert cc["fused_depth"] == min(3, steps), cc
+        check_cuda_core_depth(shape, w, steps, mode, cval, 3, rng)
 
 
 def test_tb3d_leaves_other_kernels_and_small_grids_to_cc3d(rng):

@@ -187,6 +187,24 @@ def check_overflow_noted(cp, host, w, steps, mode, backend):
     assert_same_nonfinite(cp.asnumpy(got), want, dict(mode=mode))
 
 
+def check_padded_device_runs(cp, rng, names, shape, kinds, steps_list,
+                             mode):
+    """Each preset on device grids of `shape` whose rows are padded by 10
+    elements (read as they are), holding each kind of non-finite value:
+    masked runs, as check_masked_device_run says."""
+    for name in names:
+        w = cs.Stencil(name).weights
+        for kind in kinds:
+            host = grid_with(rng, shape, kind)
+            for steps in steps_list:
+                wide = cp.asarray(rng.random(shape[:-1] + (shape[-1] + 10,)))
+                grid = wide[..., :shape[-1]]
+                grid[...] = cp.asarray(host)
+                check_masked_device_run(
+                    cp, grid, host, w, steps, mode, 0.25, "cuda-core",
+                    dict(name=name, kind=kind, steps=steps, mode=mode))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", MODES)
 def test_tb2d_between_device_arrays(mode, rng):
@@ -197,18 +215,10 @@ def test_tb2d_between_device_arrays(mode, rng):
     if not cs.backends()["cuda"] == "available":
         pytest.skip("no usable CUDA device")
     cp = pytest.importorskip("cupy")
-    for name in ("heat2d", "box2d9p"):
-        w = cs.Stencil(name).weights
-        for kind in ("nan-middle", "inf-edges", "nan-row"):
-            host = grid_with(rng, (70, 150), kind)
-            for steps in (4, 11):  # one pass; two passes of depths 8, 3
-                # rows padded to 160 elements: tb2d reads them as they are
-                wide = cp.asarray(rng.random((70, 160)))
-                grid = wide[:, :150]
-                grid[...] = cp.asarray(host)
-                check_masked_device_run(
-                    cp, grid, host, w, steps, mode, 0.25, "cuda-core",
-                    dict(name=name, kind=kind, steps=steps, mode=mode))
+    # steps: one pass; two passes of depths 8 and 3
+    check_padded_device_runs(cp, rng, ("heat2d", "box2d9p"), (70, 150),
+                             ("nan-middle", "inf-edges", "nan-row"), (4, 11),
+                             mode)
     # finite input, a result past DBL_MAX: the last pass notes it
     check_overflow_noted(cp, rng.uniform(1e306, 2e306, (40, 50)),
                          cs.Stencil("box2d9p").weights * 2.0, 11, mode,
@@ -231,18 +241,10 @@ def test_tb3d_between_device_arrays(mode, rng):
     if not cs.backends()["cuda"] == "available":
         pytest.skip("no usable CUDA device")
     cp = pytest.importorskip("cupy")
-    for name in ("heat3d", "box3d27p"):
-        w = cs.Stencil(name).weights
-        for kind in ("nan-middle", "inf-edges", "nan-column"):
-            host = grid_with(rng, (12, 40, 70), kind)
-            for steps in (3, 7):  # one pass; passes of depth 3 and a tail
-                # rows padded to 80 elements: tb3d reads them as they are
-                wide = cp.asarray(rng.random((12, 40, 80)))
-                grid = wide[..., :70]
-                grid[...] = cp.asarray(host)
-                check_masked_device_run(
-                    cp, grid, host, w, steps, mode, 0.25, "cuda-core",
-                    dict(name=name, kind=kind, steps=steps, mode=mode))
+    # steps: one pass; passes of depth 3 and a tail
+    check_padded_device_runs(cp, rng, ("heat3d", "box3d27p"), (12, 40, 70),
+                             ("nan-middle", "inf-edges", "nan-column"),
+                             (3, 7), mode)
     # finite input, a result past DBL_MAX: the last pass notes it
     check_overflow_noted(cp, rng.uniform(1e306, 2e306, (10, 20, 30)),
                          cs.Stencil("box3d27p").weights * 2.0, 7, mode,

@@ -53,6 +53,29 @@ cs_stride_blocks(ptrdiff_t n, int block)
     return (unsigned)(blocks < 65536 ? blocks : 65536);
 }
 
+/* Segments of the streamed axis (n cells) per unit that streams it (a
+   tb2d strip, a tb3d tile), at most `most`: each segment's 2 `halo`
+   extra cells of reading weighed against the rounds of units the launch
+   takes (`resident` at a time), plus one (tb2d.cu says why). */
+static inline ptrdiff_t
+cs_stream_segments(ptrdiff_t units, ptrdiff_t n, int halo, ptrdiff_t resident,
+                   ptrdiff_t most)
+{
+    ptrdiff_t best = 1;
+    double best_cost = 0.0;
+    const ptrdiff_t top = n < most ? n : most;
+    for (ptrdiff_t s = 1; s <= top; s++) {
+        const ptrdiff_t cells = CEIL_DIV(n, s);
+        const ptrdiff_t rounds = CEIL_DIV(units * s, resident);
+        const double cost = (double)(rounds + 1) * (double)(cells + 2 * halo);
+        if (s == 1 || cost < best_cost) {
+            best = s;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
 /*
  * The launch shape of the kernels that walk a box in blocks of rows
  * (halo.cu's copy_box, transfer.cu, direct.cu): blocks of `block`

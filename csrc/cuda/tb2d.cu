@@ -21,20 +21,7 @@ static ptrdiff_t
 choose_segments(ptrdiff_t columns, ptrdiff_t ny, int halo_rows,
                 ptrdiff_t resident_warps)
 {
-    ptrdiff_t best = 1;
-    double best_cost = 0.0;
-    const ptrdiff_t top = ny < 4096 ? ny : 4096;
-    for (ptrdiff_t s = 1; s <= top; s++) {
-        const ptrdiff_t rows = CEIL_DIV(ny, s);
-        const ptrdiff_t rounds = CEIL_DIV(columns * s, resident_warps);
-        const double cost =
-            (double)(rounds + 1) * (double)(rows + 2 * halo_rows);
-        if (s == 1 || cost < best_cost) {
-            best = s;
-            best_cost = cost;
-        }
-    }
-    return best;
+    return cs_stream_segments(columns, ny, halo_rows, resident_warps, 4096);
 }
 
 /* CONVSTENCIL_TB2D_SEGMENTS into *segs (0 when it is not set): a fixed

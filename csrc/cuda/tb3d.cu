@@ -152,7 +152,7 @@ load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
                                    : (r < 0 ? 0 : p.nz - 1);
     }
     const double *plane = p.in + z * p.in_plane;
-    if (!EDGE) {
+    if constexpr (!EDGE) {
         const double *src = plane + in_off;
 #pragma unroll
         for (int c = 0; c < T3_CY; c++) {
@@ -161,15 +161,15 @@ load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
                 v[c][j] = src[c * p.in_pitch + j];
             }
         }
-        return;
-    }
+    } else {
 #pragma unroll
-    for (int c = 0; c < T3_CY; c++) {
+        for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
-        for (int j = 0; j < T3_V; j++) {
-            v[c][j] = cl.row[c] < 0 || cl.col[j] < 0
-                          ? p.cval
-                          : plane[cl.row[c] + cl.col[j]];
+            for (int j = 0; j < T3_V; j++) {
+                v[c][j] = cl.row[c] < 0 || cl.col[j] < 0
+                              ? p.cval
+                              : plane[cl.row[c] + cl.col[j]];
+            }
         }
     }
 }
@@ -527,28 +527,6 @@ tb3d_kernel(const tb3_params p)
  * host
  * --------------------------------------------------------------------- */
 
-/* Segments of planes per tile: each segment's 2 T extra planes weighed
-   against the rounds of blocks the launch takes, plus one (tb2d's
-   choice, along z). */
-static ptrdiff_t
-tb3_segments(ptrdiff_t tiles, ptrdiff_t nz, int halo, ptrdiff_t resident)
-{
-    ptrdiff_t best = 1;
-    double best_cost = 0.0;
-    const ptrdiff_t top = nz < 1024 ? nz : 1024;
-    for (ptrdiff_t s = 1; s <= top; s++) {
-        const ptrdiff_t planes = CEIL_DIV(nz, s);
-        const ptrdiff_t rounds = CEIL_DIV(tiles * s, resident);
-        const double cost =
-            (double)(rounds + 1) * (double)(planes + 2 * halo);
-        if (s == 1 || cost < best_cost) {
-            best = s;
-            best_cost = cost;
-        }
-    }
-    return best;
-}
-
 template <int T, int SHAPE, bool FLAGS>
 static cs_status
 tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
@@ -563,7 +541,9 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1);
     p->tiles_x = CEIL_DIV(p->nx, (ptrdiff_t)(T3_TX - 2 * M));
     p->tiles_y = CEIL_DIV(p->ny, (ptrdiff_t)(T3_TY - 2 * M));
-    p->segs = tb3_segments(p->tiles_x * p->tiles_y, p->nz, T, resident);
+    /* segments of planes per tile: tb2d's choice, along z */
+    p->segs = cs_stream_segments(p->tiles_x * p->tiles_y, p->nz, T, resident,
+                                 1024);
     p->seg_planes = CEIL_DIV(p->nz, p->segs);
     p->items = p->tiles_x * p->tiles_y * p->segs;
     if (p->items > INT_MAX) {
