@@ -45,6 +45,13 @@ BENCH_GPU_QUICK = ["--size1d", "1048576", "--odd1d", "", "--size2d",
                    "--odd3d", "", "--min-seconds", "0.05", "--repeat", "1"]
 SMALL3D_QUICK = ["--size", "64x64x64", "--min-seconds", "0.05",
                  "--repeat", "1"]
+# bench_depth.py's grids by dimension (bench_gpu.py options after "--":
+# no odd grid), and their --quick sizes
+DEPTH_GRIDS = {1: ["--size1d", "134217728", "--odd1d", ""],
+               2: ["--odd2d", ""], 3: ["--odd3d", ""]}
+DEPTH_QUICK = {1: ["--size1d", "1048576", "--min-seconds", "0.05"],
+               2: ["--size2d", "1024x1024", "--min-seconds", "0.05"],
+               3: ["--size3d", "64x64x64", "--min-seconds", "0.05"]}
 
 
 class Job:
@@ -68,10 +75,24 @@ def resolve(argv):
     return [sys.executable if a == "python" else a for a in argv]
 
 
+def depth_job(prefix, key, presets, ndim, system=None, depths=None):
+    """bench_depth.py on `presets` (of ndim dimensions), one system at the
+    given depths or every system at its defaults, into prefix_key."""
+    name = prefix + "_" + key
+    argv = ["python", "benchmarks/bench_depth.py", "--presets", presets]
+    if system:
+        argv += ["--system", system, "--depths", depths]
+    argv += (["--save", name, "--"] + DEPTH_GRIDS[ndim]
+             + ["--no-baselines", "--repeat", "3"])
+    return Job(key, [name + ".json", name + ".md"], argv,
+               quick=DEPTH_QUICK[ndim])
+
+
 def jobs(prefix):
     py = "python"
     p = prefix
     gpu = [py, "benchmarks/bench_gpu.py"]
+    cudacore = "convstencil-cudacore"
     out = [
         Job("cpu", ["cpu.json", "cpu.md"],
             [py, "benchmarks/bench_cpu.py", "--save"], needs="cpu",
@@ -90,41 +111,17 @@ def jobs(prefix):
                    "heat2d,box2d9p,star2d13p,box2d49p,random7x7",
                    "--repeat", "3", "--save", p + "_2d_tb2d"],
             quick=BENCH_GPU_QUICK),
-        Job("2d_tb2d_depth",
-            [p + "_2d_tb2d_depth.json", p + "_2d_tb2d_depth.md"],
-            [py, "benchmarks/bench_depth.py", "--presets", "star2d13p",
-             "--system", "convstencil-cudacore", "--depths", "1,2,3,4",
-             "--save", p + "_2d_tb2d_depth", "--", "--odd2d", "",
-             "--no-baselines", "--repeat", "3"],
-            quick=["--size2d", "1024x1024", "--min-seconds", "0.05"]),
-        Job("2d_tb2d_depth_outer",
-            [p + "_2d_tb2d_depth_outer.json", p + "_2d_tb2d_depth_outer.md"],
-            [py, "benchmarks/bench_depth.py", "--presets", "box2d49p",
-             "--system", "convstencil-cudacore", "--depths", "1,2,3",
-             "--save", p + "_2d_tb2d_depth_outer", "--", "--odd2d", "",
-             "--no-baselines", "--repeat", "3"],
-            quick=["--size2d", "1024x1024", "--min-seconds", "0.05"]),
+        depth_job(p, "2d_tb2d_depth", "star2d13p", 2, cudacore, "1,2,3,4"),
+        depth_job(p, "2d_tb2d_depth_outer", "box2d49p", 2, cudacore,
+                  "1,2,3"),
         Job("3d", [p + "_3d.json", p + "_3d.md"],
             gpu + ["--presets", "heat3d,box3d27p", "--repeat", "3",
                    "--save", p + "_3d"],
             quick=BENCH_GPU_QUICK),
-        Job("3d_tb3d_depth",
-            [p + "_3d_tb3d_depth.json", p + "_3d_tb3d_depth.md"],
-            [py, "benchmarks/bench_depth.py", "--presets", "heat3d,box3d27p",
-             "--system", "convstencil-cudacore", "--depths", "1,2,3",
-             "--save", p + "_3d_tb3d_depth", "--", "--odd3d", "",
-             "--no-baselines", "--repeat", "3"],
-            quick=["--size3d", "64x64x64", "--min-seconds", "0.05"]),
-        Job("1d_depth", [p + "_1d_depth.json", p + "_1d_depth.md"],
-            [py, "benchmarks/bench_depth.py", "--presets", "heat1d",
-             "--save", p + "_1d_depth", "--", "--size1d", "134217728",
-             "--odd1d", "", "--no-baselines", "--repeat", "3"],
-            quick=["--size1d", "1048576", "--min-seconds", "0.05"]),
-        Job("3d_depth", [p + "_3d_depth.json", p + "_3d_depth.md"],
-            [py, "benchmarks/bench_depth.py", "--presets", "heat3d,box3d27p",
-             "--save", p + "_3d_depth", "--", "--odd3d", "",
-             "--no-baselines", "--repeat", "3"],
-            quick=["--size3d", "64x64x64", "--min-seconds", "0.05"]),
+        depth_job(p, "3d_tb3d_depth", "heat3d,box3d27p", 3, cudacore,
+                  "1,2,3"),
+        depth_job(p, "1d_depth", "heat1d", 1),
+        depth_job(p, "3d_depth", "heat3d,box3d27p", 3),
         Job("3d_depth_cuda_core",
             [p + "_3d_depth_cuda_core.json", p + "_3d_depth_cuda_core.md"],
             [py, "benchmarks/bench_fusion_3d.py", "--save",

@@ -60,6 +60,8 @@ MEM_FRACTION = {
     "tb2d": 0.85,      # assumed as the other kernels: one read of the
                        # tile with its margins and one write per pass (never
                        # the bound at the depths measured)
+    "tb3d": 0.85,      # as tb2d (the bound at depth 2 only, within 8%:
+                       # h100_3d_tb3d_depth.md)
 }
 
 # Attainable fraction of the FP64 tensor-core peak.  tc2d and tc3d never
@@ -247,6 +249,27 @@ def tb2d_segments(columns, ny, halo_rows, resident):
                            TB2D_MAX_SEGMENTS)
 
 
+def _launch_idle(items, resident):
+    """Slots of a launch of `items` units, `resident` at a time, left
+    idle: a ragged last round, and the round the first one costs in step
+    (as cs_stream_segments prices them), as a factor on the time."""
+    rounds = -(-items // resident)
+    return (rounds + 1) * resident / items
+
+
+def _blocked_pass(kind, depth, npts, bytes_, useful, executed, issue,
+                  fp64_fraction, rates):
+    """A tb2d or tb3d pass: memory against instruction issue (`issue`
+    FP64-unit operations per point at fp64_fraction of the peak)."""
+    res = {
+        "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION[kind]),
+        "FP64 units": npts * issue / (rates["fp64_flops"] * fp64_fraction),
+    }
+    seconds, bound = _pass_time(res, 1, rates)
+    return Pass("fused pass", kind, 0, depth, bytes_, useful, executed,
+                "FP64 units", seconds, bound)
+
+
 def _tb2d_pass(w, shape, depth, rates):
     """Cost of one tb2d pass of `depth` steps: every warp reads its strip
     with margins once and writes its stored columns once; each level
@@ -262,11 +285,7 @@ def _tb2d_pass(w, shape, depth, rates):
     resident = rates["sms"] * TB2D_BLOCKS_PER_SM * TB2D_WARPS
     segs = tb2d_segments(strips * nz, ny, halo, resident)
     rows = -(-ny // segs)
-    items = strips * segs * nz
-    rounds = -(-items // resident)
-    # warp slots left idle: a ragged last round, and the round the first
-    # one costs in step (as choose_segments prices them)
-    idle = (rounds + 1) * resident / items
+    idle = _launch_idle(strips * segs * nz, resident)
     redundancy = (float(TB2D_STRIP * strips * (rows + 2 * halo) * segs)
                   / (nx * ny))
     # a plus: its centre row and 2 r centre weights; an outer product:
@@ -280,14 +299,8 @@ def _tb2d_pass(w, shape, depth, rates):
                     + nx * ny) / (nx * ny)
     others = TB2D_OVERHEAD_OPS + TB2D_SHUFFLE_OPS * (radius - 1)
     issue = 2.0 * (macs + others) * depth * redundancy * idle
-    res = {
-        "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION["tb2d"]),
-        "FP64 units": npts * issue / (rates["fp64_flops"]
-                                      * TB2D_FP64_FRACTION),
-    }
-    seconds, bound = _pass_time(res, 1, rates)
-    return Pass("fused pass", "tb2d", 0, depth, bytes_, useful, executed,
-                "FP64 units", seconds, bound)
+    return _blocked_pass("tb2d", depth, npts, bytes_, useful, executed,
+                         issue, TB2D_FP64_FRACTION, rates)
 
 
 # tb3d (csrc/cuda/tb3d.cu): one block of TB3D_THREADS threads per SM
@@ -322,9 +335,7 @@ def _tb3d_pass(w, shape, depth, rates):
     resident = rates["sms"] * TB3D_BLOCKS_PER_SM
     segs = stream_segments(tiles, nz, depth, resident, TB3D_MAX_SEGMENTS)
     planes = -(-nz // segs)
-    items = tiles * segs
-    rounds = -(-items // resident)
-    idle = (rounds + 1) * resident / items
+    idle = _launch_idle(tiles * segs, resident)
     redundancy = tiles * ty * tx * segs * (planes + 2 * depth) / npts
     taps = np.count_nonzero(w)
     # a star: its 7 weights; an outer product: 3 along each axis
@@ -333,24 +344,20 @@ def _tb3d_pass(w, shape, depth, rates):
     executed = 2.0 * macs * depth * redundancy
     bytes_ = 8.0 * (redundancy + 1.0)
     issue = 2.0 * (macs + TB3D_OVERHEAD_OPS) * depth * redundancy * idle
-    res = {
-        "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION["tb2d"]),
-        "FP64 units": npts * issue / (rates["fp64_flops"]
-                                      * TB3D_FP64_FRACTION),
-    }
-    seconds, bound = _pass_time(res, 1, rates)
-    return Pass("fused pass", "tb3d", 0, depth, bytes_, useful, executed,
-                "FP64 units", seconds, bound)
+    return _blocked_pass("tb3d", depth, npts, bytes_, useful, executed,
+                         issue, TB3D_FP64_FRACTION, rates)
+
+
+# the passes that step the kernel themselves, and their tail passes
+_BLOCKED_PASSES = {"tb2d": _tb2d_pass, "tb3d": _tb3d_pass}
 
 
 def _gpu_pass(plan, w, shape, mode, rates, fused):
     """Cost of one pass (fused: the plan's pass kind; else one step)."""
     npts = float(np.prod(shape))
     depth = plan["fused_depth"] if fused else 1
-    if fused and plan["pass"] == "tb2d":
-        return _tb2d_pass(w, shape, depth, rates)
-    if fused and plan["pass"] == "tb3d":
-        return _tb3d_pass(w, shape, depth, rates)
+    if fused and plan["pass"] in _BLOCKED_PASSES:
+        return _BLOCKED_PASSES[plan["pass"]](w, shape, depth, rates)
     wk = compose(w, depth) if depth > 1 else w
     useful = 2.0 * np.count_nonzero(wk)
     bytes_ = 16.0
@@ -462,8 +469,8 @@ def gpu_passes(plan, shape, w, mode, rates):
         p = _gpu_pass(plan, w, shape, mode, rates, True)
         passes.append(p._replace(count=plan["fused_passes"]))
     if plan["unfused_steps"] and plan.get("tail_pass"):
-        tail = _tb3d_pass if plan["pass"] == "tb3d" else _tb2d_pass
-        p = tail(w, shape, plan["unfused_steps"], rates)
+        p = _BLOCKED_PASSES[plan["pass"]](w, shape, plan["unfused_steps"],
+                                          rates)
         passes.append(p._replace(label="tail pass", count=1))
     elif plan["unfused_steps"]:
         p = _gpu_pass(plan, w, shape, mode, rates, False)

@@ -100,12 +100,10 @@ cs_tb3d_taps(const int size[3], const double *weights, double cz[3],
         || !cs_outer_factors(3, 3, rest, y, x)) {
         return -1;
     }
-    for (int i = 0; i < 3; i++) {
-        if (cz != NULL) {
-            cz[i] = z[i];
-            cy[i] = y[i];
-            cx[i] = x[i];
-        }
+    if (cz != NULL) {
+        memcpy(cz, z, sizeof(z));
+        memcpy(cy, y, sizeof(y));
+        memcpy(cx, x, sizeof(x));
     }
     return CS_TB3D_RANK1;
 }
@@ -124,11 +122,21 @@ kernel_size(const cs_kernel *k, int axis)
     return (int)k->size[axis];
 }
 
+/* k's extents as the tap-set rules (cs_cc3d_taps, cs_tb2d_max_depth ...)
+   take them. */
+static void
+kernel_sizes(const cs_kernel *k, int size[3])
+{
+    for (int a = 0; a < 3; a++) {
+        size[a] = kernel_size(k, a);
+    }
+}
+
 static int
 cc3d_runs(const cs_kernel *k)
 {
-    const int size[3] = {kernel_size(k, 0), kernel_size(k, 1),
-                         kernel_size(k, 2)};
+    int size[3];
+    kernel_sizes(k, size);
     return k->size[0] > 1 ? cs_cc3d_taps(size, k->weights) : -1;
 }
 
@@ -137,8 +145,8 @@ cc3d_runs(const cs_kernel *k)
 static int
 cc2d_runs_better(const cs_kernel *k)
 {
-    const int size[3] = {kernel_size(k, 0), kernel_size(k, 1),
-                         kernel_size(k, 2)};
+    int size[3];
+    kernel_sizes(k, size);
     return size[1] >= 5 && cs_cc2d_taps(size, k->weights) >= 0;
 }
 
@@ -294,8 +302,8 @@ plan_tensor_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
 static int
 tb2d_depth(const cs_kernel *k, const cs_plan *plan)
 {
-    const int size[3] = {kernel_size(k, 0), kernel_size(k, 1),
-                         kernel_size(k, 2)};
+    int size[3];
+    kernel_sizes(k, size);
     if (plan->fold || plan->run_shape[1] < CS_TB2D_MIN_EXTENT
         || plan->run_shape[2] < CS_TB2D_MIN_EXTENT) {
         return 0;
@@ -307,10 +315,13 @@ tb2d_depth(const cs_kernel *k, const cs_plan *plan)
 static int
 tb3d_depth(const cs_kernel *k, const cs_plan *plan)
 {
-    const int size[3] = {kernel_size(k, 0), kernel_size(k, 1),
-                         kernel_size(k, 2)};
+    int size[3];
+    kernel_sizes(k, size);
+    if (plan->fold) {
+        return 0;
+    }
     for (int a = 0; a < 3; a++) {
-        if (plan->fold || plan->run_shape[a] < CS_TB3D_MIN_EXTENT) {
+        if (plan->run_shape[a] < CS_TB3D_MIN_EXTENT) {
             return 0;
         }
     }
@@ -322,7 +333,7 @@ tb3d_depth(const cs_kernel *k, const cs_plan *plan)
    and writes the grid once, whatever its depth); exact at every edge, no
    band. */
 static void
-plan_tb2d(const cs_kernel *k, int max_depth, long steps, const cs_caps *caps,
+plan_blocked(const cs_kernel *k, int max_depth, long steps, const cs_caps *caps,
           cs_pass_kind pass, cs_plan *plan)
 {
     long top = caps->max_depth == 0 || caps->max_depth > max_depth
@@ -351,12 +362,12 @@ plan_cuda_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
 {
     const int tb2d_max = tb2d_depth(k, plan);
     if (tb2d_max > 0) {
-        plan_tb2d(k, tb2d_max, steps, caps, CS_PASS_TB2D, plan);
+        plan_blocked(k, tb2d_max, steps, caps, CS_PASS_TB2D, plan);
         return CS_OK;
     }
     const int tb3d_max = tb3d_depth(k, plan);
     if (tb3d_max > 0) {
-        plan_tb2d(k, tb3d_max, steps, caps, CS_PASS_TB3D, plan);
+        plan_blocked(k, tb3d_max, steps, caps, CS_PASS_TB3D, plan);
         return CS_OK;
     }
     const long depth = caps->max_depth == 0 || caps->max_depth > 2

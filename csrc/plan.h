@@ -68,7 +68,7 @@ int
 cs_tb2d_max_depth(const int size[3], const double *weights);
 
 #define CS_TB3D_MAX_DEPTH 3   /* tb3d: steps per trip (at 4 the partial
-                                 planes spill and it ran slower) */
+                                 planes spill: ARCHITECTURE.md) */
 #define CS_TB3D_MIN_EXTENT 8  /* tb3d: planes, rows and columns it needs */
 enum { CS_TB3D_STAR = 0, CS_TB3D_RANK1 = 1 };
 

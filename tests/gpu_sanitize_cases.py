@@ -32,20 +32,36 @@ import convstencil as cs
 MODES = ("constant", "wrap", "nearest", "reflect", "mirror")
 
 
+def report(got, want, what):
+    """Print `what` with got's error relative to want; whether it is
+    within 1e-12."""
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    ok = err <= 1e-12
+    print("%-4s %s rel %.2e" % ("ok" if ok else "FAIL", what, err))
+    return ok
+
+
 def check(grid, weights, steps, mode, backend):
     want = cs.apply(grid, weights=weights, steps=steps, mode=mode, cval=0.5,
                     backend="cpu")
     got = cs.apply(grid, weights=weights, steps=steps, mode=mode, cval=0.5,
                    backend=backend)
     info = cs.last_run_info()
-    err = np.linalg.norm(got - want) / np.linalg.norm(want)
-    ok = err <= 1e-12
-    print("%-4s %-9s %-12s kernel %-9s grid %-12s steps %d -> %s depth %d "
-          "rel %.2e" % ("ok" if ok else "FAIL", backend, mode,
-                        "x".join(map(str, weights.shape)),
-                        "x".join(map(str, grid.shape)), steps, info["path"],
-                        info["fused_depth"], err))
-    return ok
+    return report(got, want, "%-9s %-12s kernel %-9s grid %-12s steps %d -> "
+                  "%s depth %d" % (backend, mode,
+                                   "x".join(map(str, weights.shape)),
+                                   "x".join(map(str, grid.shape)), steps,
+                                   info["path"], info["fused_depth"]))
+
+
+def device_run(cp, grid, host, name, steps, mode, cval, backend, what):
+    """One preset on the CuPy array `grid` (holding `host`) against the
+    CPU engine on host."""
+    want = cs.apply(host, name, steps=steps, mode=mode, cval=cval,
+                    backend="cpu")
+    got = cp.asnumpy(cs.apply(grid, name, steps=steps, mode=mode, cval=cval,
+                              backend=backend))
+    return report(got, want, "device array %s %s %s" % (what, name, mode))
 
 
 def main():
@@ -184,16 +200,10 @@ def tb2d_cases(rng):
     for name in ("heat2d", "box2d9p", "star2d13p", "box2d49p"):
         for grid in (cp.asarray(host), wide[:, :517]):
             grid[...] = cp.asarray(host)
+            layout = "C" if grid.flags.c_contiguous else "padded"
             for mode in MODES:
-                want = cs.apply(host, name, steps=11, mode=mode,
-                                backend="cpu")
-                got = cp.asnumpy(cs.apply(grid, name, steps=11, mode=mode,
-                                          backend="cuda-core"))
-                err = np.linalg.norm(got - want) / np.linalg.norm(want)
-                print("%-4s device array tb2d %s %s %s rel %.2e" % (
-                    "ok" if err <= 1e-12 else "FAIL", name, mode,
-                    "C" if grid.flags.c_contiguous else "padded", err))
-                ok &= err <= 1e-12
+                ok &= device_run(cp, grid, host, name, 11, mode, 0.0,
+                                 "cuda-core", "tb2d " + layout)
     return ok
 
 
@@ -220,13 +230,8 @@ def tb3d_cases(rng):
     grid[...] = cp.asarray(host)
     for name in ("heat3d", "box3d27p"):
         for mode in MODES:
-            want = cs.apply(host, name, steps=7, mode=mode, backend="cpu")
-            got = cp.asnumpy(cs.apply(grid, name, steps=7, mode=mode,
-                                      backend="cuda-core"))
-            err = np.linalg.norm(got - want) / np.linalg.norm(want)
-            print("%-4s device array tb3d %s %s rel %.2e" % (
-                "ok" if err <= 1e-12 else "FAIL", name, mode, err))
-            ok &= err <= 1e-12
+            ok &= device_run(cp, grid, host, name, 7, mode, 0.0,
+                             "cuda-core", "tb3d padded")
     return ok
 
 
@@ -254,20 +259,15 @@ def device_array_cases(rng):
         ref = want if grid.dtype == cp.float64 else cs.apply(
             cp.asnumpy(grid).astype(np.float64), "box2d9p", steps=4,
             mode="mirror", backend="cpu")
-        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-        print("%-4s device array %s %s rel %.2e" % (
-            "ok" if err <= 1e-12 else "FAIL", grid.dtype,
-            "F" if grid.flags.f_contiguous and not grid.flags.c_contiguous
-            else "C", err))
-        ok &= err <= 1e-12
+        order = ("F" if grid.flags.f_contiguous
+                 and not grid.flags.c_contiguous else "C")
+        ok &= report(got, ref, "device array %s %s" % (grid.dtype, order))
     line = cp.asarray(rng.standard_normal(9000))
     want = cs.apply(cp.asnumpy(line), "1d5p", steps=5, mode="wrap",
                     backend="cpu")
     cs.apply(line, "1d5p", steps=5, mode="wrap", out=line)
-    err = np.linalg.norm(cp.asnumpy(line) - want) / np.linalg.norm(want)
-    print("%-4s device array 1D fold in place rel %.2e"
-          % ("ok" if err <= 1e-12 else "FAIL", err))
-    return ok & (err <= 1e-12)
+    return ok & report(cp.asnumpy(line), want,
+                       "device array 1D fold in place")
 
 
 def fold_array_cases(rng):
@@ -285,15 +285,8 @@ def fold_array_cases(rng):
         for n in (3001, 300_007):
             host = rng.standard_normal(n)
             for mode in MODES:
-                want = cs.apply(host, name, steps=steps, mode=mode,
-                                cval=0.5, backend="cpu")
-                got = cp.asnumpy(cs.apply(cp.asarray(host), name,
-                                          steps=steps, mode=mode, cval=0.5,
-                                          backend="cuda-tc"))
-                err = np.linalg.norm(got - want) / np.linalg.norm(want)
-                print("%-4s device array fold %s %d %s rel %.2e" % (
-                    "ok" if err <= 1e-12 else "FAIL", name, n, mode, err))
-                ok &= err <= 1e-12
+                ok &= device_run(cp, cp.asarray(host), host, name, steps,
+                                 mode, 0.5, "cuda-tc", "fold %d" % n)
     return ok
 
 

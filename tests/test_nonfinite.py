@@ -141,11 +141,17 @@ def test_large_cpu_grids_every_path(rng):
         assert_same_nonfinite(got, want, dict(name=name))
 
 
-@pytest.mark.gpu
-def test_device_arrays(rng):
+def cupy_on_device():
+    """CuPy, where a CUDA device is usable and CuPy is there (else the
+    test skips)."""
     if not cs.backends()["cuda"] == "available":
         pytest.skip("no usable CUDA device")
-    cp = pytest.importorskip("cupy")
+    return pytest.importorskip("cupy")
+
+
+@pytest.mark.gpu
+def test_device_arrays(rng):
+    cp = cupy_on_device()
     host = grid_with(rng, (50, 60), "inf-edges")
     for steps in (1, 4):  # the direct kernel; the padded path's rerun
         want = scipy_steps(host, cs.Stencil("heat2d").weights, steps,
@@ -212,9 +218,7 @@ def test_tb2d_between_device_arrays(mode, rng):
     # the padded layout's load and store (tests/cuda_emu asserts that no
     # load or store runs), noting non-finite values as they would: the
     # masked path must still run, from the caller's input
-    if not cs.backends()["cuda"] == "available":
-        pytest.skip("no usable CUDA device")
-    cp = pytest.importorskip("cupy")
+    cp = cupy_on_device()
     # steps: one pass; two passes of depths 8 and 3
     check_padded_device_runs(cp, rng, ("heat2d", "box2d9p"), (70, 150),
                              ("nan-middle", "inf-edges", "nan-row"), (4, 11),
@@ -238,9 +242,7 @@ def test_tb3d_between_device_arrays(mode, rng):
     # tb3d, like tb2d, reads a float64 device grid and writes the result
     # without the padded layout, noting non-finite values as they would:
     # the masked path must still run, from the caller's input
-    if not cs.backends()["cuda"] == "available":
-        pytest.skip("no usable CUDA device")
-    cp = pytest.importorskip("cupy")
+    cp = cupy_on_device()
     # steps: one pass; passes of depth 3 and a tail
     check_padded_device_runs(cp, rng, ("heat3d", "box3d27p"), (12, 40, 70),
                              ("nan-middle", "inf-edges", "nan-column"),
@@ -258,9 +260,7 @@ def test_fold_between_device_arrays(mode, rng):
     # reads the caller's array and the last unfused step writes the result
     # (tests/cuda_emu asserts that no load or store runs), noting
     # non-finite values as the load and the store would
-    if not cs.backends()["cuda"] == "available":
-        pytest.skip("no usable CUDA device")
-    cp = pytest.importorskip("cupy")
+    cp = cupy_on_device()
     for name, steps in (("heat1d", 17), ("1d5p", 16), ("heat1d", 100)):
         w = cs.Stencil(name).weights
         for kind in ("nan-middle", "inf-edges", "nan-row"):

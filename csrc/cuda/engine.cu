@@ -139,14 +139,21 @@ build_layout(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_plan *plan)
     return CS_OK;
 }
 
+/* tb2d and tb3d: passes that step the kernel themselves, exact at every
+   edge (no band), the remainder one tail pass of its own depth. */
+static int
+blocked(const cs_plan *plan)
+{
+    return plan->pass == CS_PASS_TB2D || plan->pass == CS_PASS_TB3D;
+}
+
 /* The fused passes' kernel, and on tensor cores its layout. */
 static cs_status
 prepare_passes(cs_cuda_ctx *ctx, cs_apply_state *s, const cs_kernel *kernel,
                const cs_plan *plan)
 {
-    if (plan->fusion.passes == 0 || plan->pass == CS_PASS_TB2D
-        || plan->pass == CS_PASS_TB3D) {
-        return CS_OK; /* tb2d and tb3d step the kernel themselves */
+    if (plan->fusion.passes == 0 || blocked(plan)) {
+        return CS_OK;
     }
     const cs_status st =
         cs_kernel_compose(kernel, plan->fusion.depth, &s->composed);
@@ -298,7 +305,7 @@ run_pass(cs_cuda_ctx *ctx, const cs_plan *plan, const cs_loop_args *L,
         return cs_cuda_tc3d_pass(ctx, src, dst, &L->tc3);
     case CS_PASS_CC3D:
         return cs_cuda_core_step(ctx, src, dst, &L->dkc);
-    case CS_PASS_TB2D: /* tb2d_passes runs those */
+    case CS_PASS_TB2D: /* blocked_passes runs those */
     case CS_PASS_TB3D:
     case CS_PASS_NONE:
         break;
@@ -331,8 +338,8 @@ fix_band(cs_cuda_ctx *ctx, const cs_apply_state *s, const cs_plan *plan,
 }
 
 /*
- * tb2d's passes: `depth` steps each, then the remainder as one pass of
- * its own (tb2d plans have tail_pass).  Pass i reads the main grid
+ * tb2d's or tb3d's passes: `depth` steps each, then the remainder as one
+ * pass of its own (their plans have tail_pass).  Pass i reads the main grid
  * g[i % 2] and writes g[(i + 1) % 2]; between the caller's arrays (ends)
  * the first pass reads ends->in instead, noting a non-finite input in
  * the lane's flag 0, and the last writes ends->out, noting a non-finite
@@ -340,11 +347,15 @@ fix_band(cs_cuda_ctx *ctx, const cs_apply_state *s, const cs_plan *plan,
  * otherwise.
  */
 static cs_status
-tb2d_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
-            const cs_loop_args *L, const cs_plan *plan,
-            const cs_loop_ends *ends, cs_mode mode, double cval,
-            int *cur_out)
+blocked_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
+               const cs_loop_args *L, const cs_plan *plan,
+               const cs_loop_ends *ends, cs_mode mode, double cval,
+               int *cur_out)
 {
+    cs_status (*const run)(cs_cuda_ctx *, const cs_dgrid *, const cs_dgrid *,
+                           const cs_dkernel *, int, cs_mode, double, int *,
+                           int *) =
+        plan->pass == CS_PASS_TB3D ? cs_cuda_tb3d_pass : cs_cuda_tb2d_pass;
     const cs_fusion_plan *f = &plan->fusion;
     const long total = f->passes + (f->remainder > 0);
     const int between = ends->read_in && ends->write_out;
@@ -356,15 +367,9 @@ tb2d_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
         const cs_dgrid *src = first && between ? &ends->in : &L->g[i % 2];
         const cs_dgrid *dst =
             last && between ? &ends->out : &L->g[(i + 1) % 2];
-        int *in_flag = first && flags ? flags + 0 : NULL;
-        int *out_flag = last && flags ? flags + 1 : NULL;
-        if (plan->pass == CS_PASS_TB3D) {
-            CS_TRY(cs_cuda_tb3d_pass(ctx, src, dst, &L->dk, depth, mode,
-                                     cval, in_flag, out_flag));
-        } else {
-            CS_TRY(cs_cuda_tb2d_pass(ctx, src, dst, &L->dk, depth, mode,
-                                     cval, in_flag, out_flag));
-        }
+        CS_TRY(run(ctx, src, dst, &L->dk, depth, mode, cval,
+                   first && flags ? flags + 0 : NULL,
+                   last && flags ? flags + 1 : NULL));
     }
     *cur_out = (int)(total % 2);
     return CS_OK;
@@ -381,8 +386,8 @@ step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s, cs_loop_args *L,
           const cs_plan *plan, const cs_loop_ends *ends, cs_mode mode,
           double cval, int *cur_out)
 {
-    if (plan->pass == CS_PASS_TB2D || plan->pass == CS_PASS_TB3D) {
-        return tb2d_passes(ctx, s, L, plan, ends, mode, cval, cur_out);
+    if (blocked(plan)) {
+        return blocked_passes(ctx, s, L, plan, ends, mode, cval, cur_out);
     }
     const cs_fusion_plan *f = &plan->fusion;
     const ptrdiff_t fold = plan->fold ? plan->fold_points : 0;
@@ -453,11 +458,12 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
  * them (h100_e2e.md at 0070e77), at 95% without (at ffc986f).
  * --------------------------------------------------------------------- */
 
-/* The caller's array `a` of extents n as a grid for tb2d: float64, unit
-   x stride, rows and planes at positive whole-element strides that do
-   not overlap, 8-byte aligned.  0 when it is not such an array. */
+/* The caller's array `a` of extents n as a grid for tb2d and tb3d:
+   float64, unit x stride, rows and planes at positive whole-element
+   strides that do not overlap, 8-byte aligned.  0 when it is not such an
+   array. */
 static int
-tb2d_array_grid(const cs_darray *a, const ptrdiff_t n[3], cs_dgrid *g)
+blocked_array_grid(const cs_darray *a, const ptrdiff_t n[3], cs_dgrid *g)
 {
     const ptrdiff_t e = (ptrdiff_t)sizeof(double);
     const ptrdiff_t *st = a->strides;
@@ -478,18 +484,17 @@ tb2d_array_grid(const cs_darray *a, const ptrdiff_t n[3], cs_dgrid *g)
     return 1;
 }
 
-/* Whether this run goes between the caller's arrays (see above): tb2d,
-   device arrays that tb2d_array_grid takes, a result that is not the
-   input (a rerun reads the input). */
+/* Whether this run goes between the caller's arrays (see above): tb2d
+   or tb3d, device arrays that blocked_array_grid takes, a result that is
+   not the input (a rerun reads the input). */
 static int
-tb2d_between_arrays(const cs_grid_io *io, const cs_plan *plan,
-                    cs_dgrid *in, cs_dgrid *out)
+blocked_between_arrays(const cs_grid_io *io, const cs_plan *plan,
+                       cs_dgrid *in, cs_dgrid *out)
 {
-    return (plan->pass == CS_PASS_TB2D || plan->pass == CS_PASS_TB3D)
-           && io->dev_in != NULL && io->dev_out != NULL && !io->out_reads_in
+    return blocked(plan) && io->dev_in != NULL && io->dev_out != NULL && !io->out_reads_in
            && plan->fusion.passes + (plan->fusion.remainder > 0) >= 1
-           && tb2d_array_grid(io->dev_in, plan->run_shape, in)
-           && tb2d_array_grid(io->dev_out, plan->run_shape, out);
+           && blocked_array_grid(io->dev_in, plan->run_shape, in)
+           && blocked_array_grid(io->dev_out, plan->run_shape, out);
 }
 
 /* The caller's 1D array `a` as the fold's rows one after another (pitch
@@ -536,7 +541,7 @@ loop_ends(const cs_grid_io *io, const cs_plan *plan, const cs_kernel *kernel,
           cs_loop_ends *ends)
 {
     memset(ends, 0, sizeof(*ends));
-    if (tb2d_between_arrays(io, plan, &ends->in, &ends->out)) {
+    if (blocked_between_arrays(io, plan, &ends->in, &ends->out)) {
         ends->read_in = ends->write_out = 1;
         return;
     }

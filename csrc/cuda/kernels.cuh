@@ -53,6 +53,17 @@ cs_stride_blocks(ptrdiff_t n, int block)
     return (unsigned)(blocks < 65536 ? blocks : 65536);
 }
 
+/* The first owned cell of tile `index` along an axis of n cells: tiles
+   (tb2d's strips, tb3d's tiles) own `own` cells each, the last one moved
+   back to end at the edge. */
+static __device__ __forceinline__ ptrdiff_t
+cs_tile_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
+{
+    const ptrdiff_t start = index * own;
+    const ptrdiff_t last = n - own;
+    return start < last ? start : (last > 0 ? last : 0);
+}
+
 /* Segments of the streamed axis (n cells) per unit that streams it (a
    tb2d strip, a tb3d tile), at most `most`: each segment's 2 `halo`
    extra cells of reading weighed against the rounds of units the launch

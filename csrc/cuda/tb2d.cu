@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define TS_MAX_SEGMENTS 4096 /* per strip (the model's TB2D_MAX_SEGMENTS) */
+
 /* Segments per strip: each segment's 2 R T extra rows of reading weighed
    against the rounds of warps the launch takes, plus one.  The extra
    round is measured, not derived (h100_tb2d_segments.md): on the H100,
@@ -21,7 +23,8 @@ static ptrdiff_t
 choose_segments(ptrdiff_t columns, ptrdiff_t ny, int halo_rows,
                 ptrdiff_t resident_warps)
 {
-    return cs_stream_segments(columns, ny, halo_rows, resident_warps, 4096);
+    return cs_stream_segments(columns, ny, halo_rows, resident_warps,
+                              TS_MAX_SEGMENTS);
 }
 
 /* CONVSTENCIL_TB2D_SEGMENTS into *segs (0 when it is not set): a fixed

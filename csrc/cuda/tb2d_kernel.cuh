@@ -60,16 +60,6 @@
 #include "tb2d.cuh"
 #include "async_copy.cuh"
 
-/* The strip's first owned column along an axis of n cells: strips of
-   `own` columns, the last one moved back to end at the edge. */
-static __device__ __forceinline__ ptrdiff_t
-strip_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
-{
-    const ptrdiff_t start = index * own;
-    const ptrdiff_t last = n - own;
-    return start < last ? start : (last > 0 ? last : 0);
-}
-
 /* What a warp streams: its plane, strip and rows, and which edges of the
    grid the strip meets. */
 template <int V>
@@ -522,7 +512,7 @@ tbs_kernel(tbs_params p)
     double *ring = smem + (warp * TS_RING * SW + lane * V);
     ptrdiff_t strip, seg, z;
     item_place(p, item, &strip, &seg, &z);
-    const ptrdiff_t ox = strip_origin(strip, OWN, p.nx) - M;
+    const ptrdiff_t ox = cs_tile_origin(strip, OWN, p.nx) - M;
     tbs_strip<V> s;
     s.src = p.in + z * p.in_plane;
     s.dst = p.out + z * p.out_plane;

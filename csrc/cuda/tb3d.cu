@@ -36,6 +36,7 @@
 #define T3_V 2                          /* columns per thread */
 #define T3_TX (32 * T3_V)               /* tile columns: a warp's row */
 #define T3_TY (T3_THREADS / 32 * T3_CY) /* tile rows */
+#define T3_MAX_SEGMENTS 1024 /* per tile (the model's TB3D_MAX_SEGMENTS) */
 #define T3_STAR CS_TB3D_STAR
 #define T3_RANK1 CS_TB3D_RANK1
 #define T3_CVAL (T3_V + 2) /* a window entry read as cval (constant) */
@@ -46,7 +47,7 @@ typedef struct tb3_params {
     ptrdiff_t in_pitch, in_plane, out_pitch, out_plane;
     ptrdiff_t nz, ny, nx;
     ptrdiff_t lim_y, lim_x; /* unused: cs_params_grids fills them */
-    ptrdiff_t tiles_x, tiles_y, segs, seg_planes, items;
+    ptrdiff_t tiles_x, tiles_y, seg_planes;
     cs_mode mode;
     double cval;
     double w[27];           /* the star's weights */
@@ -54,16 +55,6 @@ typedef struct tb3_params {
     int *in_flag;
     int *out_flag;
 } tb3_params;
-
-/* A tile's first owned cell along an axis of n cells: tiles of `own`,
-   the last one moved back to end at the edge. */
-static __device__ __forceinline__ ptrdiff_t
-tile_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
-{
-    const ptrdiff_t start = index * own;
-    const ptrdiff_t last = n - own;
-    return start < last ? start : (last > 0 ? last : 0);
-}
 
 /*
  * Where a thread's cells are and, in a tile at a side edge, where their
@@ -501,8 +492,8 @@ tb3d_kernel(const tb3_params p)
     const ptrdiff_t tile = (ptrdiff_t)blockIdx.x % tiles;
     const ptrdiff_t seg = (ptrdiff_t)blockIdx.x / tiles;
     tb3_cells cl;
-    cl.ox = tile_origin(tile % p.tiles_x, OWNX, p.nx) - M;
-    cl.oy = tile_origin(tile / p.tiles_x, OWNY, p.ny) - M;
+    cl.ox = cs_tile_origin(tile % p.tiles_x, OWNX, p.nx) - M;
+    cl.oy = cs_tile_origin(tile / p.tiles_x, OWNY, p.ny) - M;
     cl.x0 = (int)(threadIdx.x % 32) * T3_V;
     cl.y0 = (int)(threadIdx.x / 32) * T3_CY;
     const ptrdiff_t z0 = seg * p.seg_planes;
@@ -542,15 +533,16 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
     p->tiles_x = CEIL_DIV(p->nx, (ptrdiff_t)(T3_TX - 2 * M));
     p->tiles_y = CEIL_DIV(p->ny, (ptrdiff_t)(T3_TY - 2 * M));
     /* segments of planes per tile: tb2d's choice, along z */
-    p->segs = cs_stream_segments(p->tiles_x * p->tiles_y, p->nz, T, resident,
-                                 1024);
-    p->seg_planes = CEIL_DIV(p->nz, p->segs);
-    p->items = p->tiles_x * p->tiles_y * p->segs;
-    if (p->items > INT_MAX) {
+    const ptrdiff_t tiles = p->tiles_x * p->tiles_y;
+    const ptrdiff_t segs =
+        cs_stream_segments(tiles, p->nz, T, resident, T3_MAX_SEGMENTS);
+    p->seg_planes = CEIL_DIV(p->nz, segs);
+    const ptrdiff_t items = tiles * segs;
+    if (items > INT_MAX) {
         cs_cuda_message(ctx, "tb3d: grid too large");
         return CS_ERR_INVALID;
     }
-    const unsigned blocks = (unsigned)p->items;
+    const unsigned blocks = (unsigned)items;
     tb3d_kernel<T, SHAPE, FLAGS><<<blocks, T3_THREADS, 0, ctx->stream>>>(*p);
     return cs_cuda_check_launch(ctx, "tb3d kernel");
 }
