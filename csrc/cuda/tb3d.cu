@@ -19,12 +19,14 @@
  * kernel plane; the shared plane carries rows filtered along x).
  *
  * Boundary modes, as repeated steps apply them: wrap reads periodically
- * (every cell real); in tiles at a side edge, constant reads cval
- * outside the grid at every level, and nearest, reflect and mirror read,
- * at every level, the cell the mode maps an outside neighbour to (it
- * lies in the tile, at most two cells in).  A plane beyond the top or
- * bottom is cval (constant) or adds nothing while the plane it maps to
- * adds the kernel plane it would have met (tb2d's edge rows).
+ * (every cell real).  In tiles at a side edge the cells outside the grid
+ * are kept at every level, so the step itself needs no maps: constant
+ * resets them to cval; nearest, reflect and mirror keep columns -1 and
+ * nx equal to the cells the mode maps them to (one shuffle pair a row:
+ * those cells lie at most two columns in), and in-grid rows read the
+ * rows that outside rows map to.  A plane beyond the top or bottom is
+ * cval (constant) or adds nothing while the plane it maps to adds the
+ * kernel plane it would have met (tb2d's edge rows).
  */
 #include "kernels.cuh"
 
@@ -39,7 +41,6 @@
 #define T3_MAX_SEGMENTS 1024 /* per tile (the model's TB3D_MAX_SEGMENTS) */
 #define T3_STAR CS_TB3D_STAR
 #define T3_RANK1 CS_TB3D_RANK1
-#define T3_CVAL (T3_V + 2) /* a window entry read as cval (constant) */
 
 typedef struct tb3_params {
     const double *in; /* origins (interior element (0, 0, 0)) */
@@ -57,81 +58,124 @@ typedef struct tb3_params {
 } tb3_params;
 
 /*
- * Where a thread's cells are and, in a tile at a side edge, where their
- * reads come from.  A thread holds rows y0, y0 + 1 and columns x0,
- * x0 + 1 of the tile; its x window is columns x0 - 1 .. x0 + 2.
+ * Where a thread's cells are and, in a tile at a side edge, how its
+ * cells outside the grid are kept.  A thread holds rows y0, y0 + 1 and
+ * columns x0, x0 + 1 of the tile.
  */
 struct tb3_cells {
     ptrdiff_t oy, ox; /* grid coordinates of tile cell (0, 0) */
     int y0, x0;
-    /* edge tiles only */
-    ptrdiff_t row[T3_CY]; /* offset of the row each own row loads (-1: cval) */
-    ptrdiff_t col[T3_V];  /* the column each own column loads (-1: cval) */
-    int up[T3_CY], down[T3_CY]; /* shared-plane row read above / below
-                                   each own row (-1: the cval row) */
-    int srcx[T3_V + 2]; /* the window entry each entry reads (T3_CVAL) */
+    /* edge tiles only (packed: the registers are scarce) */
+    ptrdiff_t row[T3_CY]; /* offset of the row each own row loads */
+    ptrdiff_t col[T3_V];  /* the column each own column loads */
+    unsigned rows;        /* byte c: the shared-plane row read above own
+                             row c; byte T3_CY + c: below it */
+    unsigned keep;        /* bits 0-3: cell (c, j) outside the grid (bit
+                             c * T3_V + j); bits 4-5: the own column at
+                             grid column -1 or nx plus one (0: none);
+                             bit 6: the column of the cell it maps to;
+                             bits 8-12: that cell's lane */
 };
 
+#define T3_GHOST_SHIFT 4
+#define T3_SRC_J_BIT (1u << 6)
+#define T3_SRC_LANE_SHIFT 8
 /* The shared-plane row (tile row + 1) an own row at grid row `reader`
-   reads for grid row g, its neighbour: the mapped row where g is outside
-   the grid and the reader inside (-1: constant's cval row). */
+   reads for grid row g, its neighbour: nearest, reflect and mirror read
+   the mapped row where g is outside the grid and the reader inside
+   (constant's and wrap's outside rows hold their values). */
 static __device__ __forceinline__ int
 neighbour_row(const tb3_params &p, const tb3_cells &cl, ptrdiff_t reader,
               ptrdiff_t g)
 {
     const int plain = (int)(g - cl.oy) + 1;
     if (reader < 0 || reader >= p.ny || (g >= 0 && g < p.ny)
-        || p.mode == CS_MODE_WRAP) {
-        return plain; /* wrap: the tile's own periodic row is real */
+        || p.mode == CS_MODE_WRAP || p.mode == CS_MODE_CONSTANT) {
+        return plain;
     }
-    const ptrdiff_t m = cs_extend_index(g, p.ny, p.mode);
-    if (m < 0) {
-        return -1;
-    }
-    const ptrdiff_t t = m - cl.oy; /* within the tile: mapped rows lie
-                                      at most 2 rows inside */
+    const ptrdiff_t t = cs_extend_index(g, p.ny, p.mode) - cl.oy;
+    /* within the tile: mapped rows lie at most 2 rows inside */
     return t >= 0 && t < T3_TY ? (int)t + 1 : plain;
 }
 
-/* An edge tile's maps: what each own cell loads (the cell the mode maps
-   it to; wrap: the periodic cell, every cell real), and where in-grid
-   cells read neighbours that lie outside. */
+/*
+ * An edge tile's maps.  Loads: the cell the mode maps an own cell to
+ * (wrap: the periodic cell; constant: any, replaced by cval).  Then, at
+ * every level, constant's outside cells are reset to cval; nearest,
+ * reflect and mirror keep grid columns -1 and nx (the only outside
+ * columns in-grid cells read) equal to the cells they map to, which lie
+ * in this lane or the next, and in-grid rows read the rows that outside
+ * rows map to.
+ */
 static __device__ __forceinline__ void
 edge_maps(const tb3_params &p, tb3_cells &cl)
 {
+    const bool mapped = p.mode != CS_MODE_CONSTANT
+                        && p.mode != CS_MODE_WRAP;
+    cl.rows = 0;
+    cl.keep = (unsigned)(threadIdx.x % 32) << T3_SRC_LANE_SHIFT;
 #pragma unroll
     for (int c = 0; c < T3_CY; c++) {
         const ptrdiff_t gy = cl.oy + cl.y0 + c;
         const ptrdiff_t m = cs_extend_index(gy, p.ny, p.mode);
-        cl.row[c] = m < 0 ? -1 : m * p.in_pitch;
-        cl.up[c] = neighbour_row(p, cl, gy, gy - 1);
-        cl.down[c] = neighbour_row(p, cl, gy, gy + 1);
+        cl.row[c] = (m < 0 ? 0 : m) * p.in_pitch;
+        cl.rows |= (unsigned)neighbour_row(p, cl, gy, gy - 1) << (8 * c);
+        cl.rows |= (unsigned)neighbour_row(p, cl, gy, gy + 1)
+                   << (8 * (T3_CY + c));
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            const ptrdiff_t gx = cl.ox + cl.x0 + j;
+            if (gy < 0 || gy >= p.ny || gx < 0 || gx >= p.nx) {
+                cl.keep |= 1u << (c * T3_V + j);
+            }
+        }
     }
 #pragma unroll
     for (int j = 0; j < T3_V; j++) {
-        cl.col[j] = cs_extend_index(cl.ox + cl.x0 + j, p.nx, p.mode);
-    }
-    const ptrdiff_t left = cl.ox + cl.x0 - 1; /* window entry 0 */
-#pragma unroll
-    for (int k = 0; k < T3_V + 2; k++) {
-        const ptrdiff_t g = left + k;
-        cl.srcx[k] = k;
-        if ((g >= 0 && g < p.nx) || p.mode == CS_MODE_WRAP) {
-            continue;
+        const ptrdiff_t gx = cl.ox + cl.x0 + j;
+        const ptrdiff_t m = cs_extend_index(gx, p.nx, p.mode);
+        cl.col[j] = m < 0 ? 0 : m;
+        if ((gx == -1 || gx == p.nx) && mapped) {
+            const int tx = (int)(m - cl.ox); /* 0 .. 2 columns inside */
+            cl.keep = (cl.keep & 0xffu) | ((unsigned)(j + 1) << T3_GHOST_SHIFT)
+                      | (tx % T3_V != 0 ? T3_SRC_J_BIT : 0u)
+                      | ((unsigned)(tx / T3_V) << T3_SRC_LANE_SHIFT);
         }
-        const ptrdiff_t m = cs_extend_index(g, p.nx, p.mode);
-        if (m < 0) {
-            cl.srcx[k] = T3_CVAL;
-        } else if (m - left >= 0 && m - left < T3_V + 2) {
-            cl.srcx[k] = (int)(m - left); /* otherwise only cells
-                                             outside read it */
+    }
+}
+
+/* An edge tile's level output (or loaded plane), its outside cells kept
+   as edge_maps says; every lane takes part in the shuffles. */
+static __device__ __forceinline__ void
+keep_outside(const tb3_params &p, const tb3_cells &cl,
+             double (&a)[T3_CY][T3_V])
+{
+    if (p.mode == CS_MODE_CONSTANT) {
+#pragma unroll
+        for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+            for (int j = 0; j < T3_V; j++) {
+                a[c][j] = (cl.keep >> (c * T3_V + j)) & 1u ? p.cval : a[c][j];
+            }
+        }
+    } else if (p.mode != CS_MODE_WRAP) {
+        const int lane = (int)(cl.keep >> T3_SRC_LANE_SHIFT) & 31;
+        const unsigned ghost = (cl.keep >> T3_GHOST_SHIFT) & 3u;
+#pragma unroll
+        for (int c = 0; c < T3_CY; c++) {
+            const double v0 = __shfl_sync(0xffffffffu, a[c][0], lane);
+            const double v1 = __shfl_sync(0xffffffffu, a[c][1], lane);
+            const double v = cl.keep & T3_SRC_J_BIT ? v1 : v0;
+            a[c][0] = ghost == 1u ? v : a[c][0];
+            a[c][1] = ghost == 2u ? v : a[c][1];
         }
     }
 }
 
 /* Plane r's own cells (interior tiles: from in_off, the first one's
-   offset in a plane); a plane beyond the top or bottom: wrap's periodic
-   plane, otherwise any (the step replaces it). */
+   offset in a plane; edge tiles: as edge_maps says); a plane beyond the
+   top or bottom: wrap's periodic plane, otherwise any (the step replaces
+   it). */
 template <bool EDGE>
 static __device__ __forceinline__ void
 load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
@@ -157,20 +201,13 @@ load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
         for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
             for (int j = 0; j < T3_V; j++) {
-                v[c][j] = cl.row[c] < 0 || cl.col[j] < 0
-                              ? p.cval
-                              : plane[cl.row[c] + cl.col[j]];
+                v[c][j] = plane[cl.row[c] + cl.col[j]];
             }
         }
+        if (p.mode == CS_MODE_CONSTANT) {
+            keep_outside(p, cl, v);
+        }
     }
-}
-
-/* Window entry s of w (T3_CVAL: cval). */
-static __device__ __forceinline__ double
-window_entry(const double (&w)[T3_V + 2], int s, double cval)
-{
-    return s == 0 ? w[0] : s == 1 ? w[1] : s == 2 ? w[2] : s == 3 ? w[3]
-                                                                  : cval;
 }
 
 /*
@@ -183,14 +220,13 @@ window_entry(const double (&w)[T3_V + 2], int s, double cval)
  * its own rows (an outer product: its rows filtered along x).  EDGE: in-
  * grid cells read neighbours outside the grid where the mode maps them
  * (cl's maps).  ZEDGE: rin may be outside the grid or at a plane the
- * z edges of nearest, reflect and mirror touch (not wrap).  `cvrow`:
- * what constant mode's outside row leaves in the shared plane.  `buf`
+ * z edges of nearest, reflect and mirror touch (not wrap).  `buf`
  * alternates the shared planes, one per write.
  */
 template <int SHAPE, bool EDGE, bool ZEDGE>
 static __device__ __forceinline__ void
 level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
-           double (&P)[2][T3_CY][T3_V], ptrdiff_t rin, double cvrow,
+           double (&P)[2][T3_CY][T3_V], ptrdiff_t rin,
            double2 (*S)[T3_TY + 2][T3_TX / 2], int &buf)
 {
     if (ZEDGE && (rin < 0 || rin >= p.nz)) {
@@ -212,6 +248,9 @@ level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
                     P[1][c][j] = 0.0;
                 }
             }
+            if (EDGE) {
+                keep_outside(p, cl, a);
+            }
             return;
         }
     }
@@ -224,17 +263,6 @@ level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
 #pragma unroll
         for (int j = 0; j < T3_V; j++) {
             e[c][j + 1] = a[c][j];
-        }
-        if (EDGE) {
-            double w[T3_V + 2];
-#pragma unroll
-            for (int k = 0; k < T3_V + 2; k++) {
-                w[k] = e[c][k];
-            }
-#pragma unroll
-            for (int k = 0; k < T3_V + 2; k++) {
-                e[c][k] = window_entry(w, cl.srcx[k], p.cval);
-            }
         }
     }
     /* what the rows above and below need of this row: the star its
@@ -265,12 +293,13 @@ level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
     if (EDGE) {
 #pragma unroll
         for (int c = 0; c < T3_CY; c++) {
-            const double2 u = plane[cl.up[c] < 0 ? 0 : cl.up[c]][col];
-            const double2 d = plane[cl.down[c] < 0 ? 0 : cl.down[c]][col];
-            above[c][0] = cl.up[c] < 0 ? cvrow : u.x;
-            above[c][1] = cl.up[c] < 0 ? cvrow : u.y;
-            below[c][0] = cl.down[c] < 0 ? cvrow : d.x;
-            below[c][1] = cl.down[c] < 0 ? cvrow : d.y;
+            const double2 u = plane[(cl.rows >> (8 * c)) & 0xffu][col];
+            const double2 d = plane[(cl.rows >> (8 * (T3_CY + c))) & 0xffu]
+                                   [col];
+            above[c][0] = u.x;
+            above[c][1] = u.y;
+            below[c][0] = d.x;
+            below[c][1] = d.y;
         }
     } else {
         const double2 u = plane[cl.y0][col];
@@ -332,6 +361,9 @@ level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
             }
         }
     }
+    if (EDGE) {
+        keep_outside(p, cl, a);
+    }
 }
 
 /* The exponent bits of v: all set (T3_NONFINITE) for an infinity or NaN;
@@ -362,7 +394,7 @@ template <int T, int SHAPE, bool FLAGS, bool EDGE, bool ZEDGE>
 static __device__ __forceinline__ void
 stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
               ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t last, ptrdiff_t z0,
-              ptrdiff_t z1, double cvrow, double2 (*S)[T3_TY + 2][T3_TX / 2])
+              ptrdiff_t z1, double2 (*S)[T3_TY + 2][T3_TX / 2])
 {
     for (ptrdiff_t r = r0; r < r1; r++) {
         double a[T3_CY][T3_V];
@@ -381,7 +413,7 @@ stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
         }
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            level_step<SHAPE, EDGE, ZEDGE>(p, cl, a, st.P[t], r - t, cvrow, S,
+            level_step<SHAPE, EDGE, ZEDGE>(p, cl, a, st.P[t], r - t, S,
                                            st.buf);
         }
         const ptrdiff_t zo = r - T;
@@ -442,17 +474,12 @@ stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
     }
     st.in_exp = st.out_exp = 0;
     st.buf = 0;
-    /* constant's outside row, filtered along x as a row is */
-    double cvrow = p.cval;
-    if (SHAPE == T3_RANK1) {
-        cvrow = fma(p.cx[2], p.cval, fma(p.cx[1], p.cval, p.cx[0] * p.cval));
-    }
     const ptrdiff_t first = z0 - T, last = z1 - 1 + T;
     load_plane<EDGE>(p, cl, st.in_off, first, st.next);
     if (p.mode == CS_MODE_WRAP) { /* every plane a real plane */
         stream_planes<T, SHAPE, FLAGS, EDGE, false>(p, cl, st, first,
                                                     last + 1, last, z0, z1,
-                                                    cvrow, S);
+                                                    S);
     } else {
         /* plain planes [lo, hi): every level's plane rin (r - T + 1 .. r)
            in 2 .. nz - 3, off the planes the edge tests touch */
@@ -461,11 +488,11 @@ stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
         ptrdiff_t hi = p.nz - 2 < last + 1 ? p.nz - 2 : last + 1;
         hi = hi > lo ? hi : lo;
         stream_planes<T, SHAPE, FLAGS, EDGE, true>(p, cl, st, first, lo,
-                                                   last, z0, z1, cvrow, S);
+                                                   last, z0, z1, S);
         stream_planes<T, SHAPE, FLAGS, EDGE, false>(p, cl, st, lo, hi, last,
-                                                    z0, z1, cvrow, S);
+                                                    z0, z1, S);
         stream_planes<T, SHAPE, FLAGS, EDGE, true>(p, cl, st, hi, last + 1,
-                                                   last, z0, z1, cvrow, S);
+                                                   last, z0, z1, S);
     }
     if (FLAGS) {
         bad |= (st.in_exp == T3_NONFINITE ? 1u : 0u)
