@@ -34,9 +34,9 @@ H100 = {
     "tensor_flops": 67e12,
     "fp64_flops": 34e12,
     # pinned host <-> device rates: h100_e2e.json
-    # (pinned_h2d_bytes_per_s, pinned_d2h_bytes_per_s)
-    "h2d": 54.7e9,
-    "d2h": 55.0e9,
+    # (pinned_h2d_bytes_per_s, pinned_d2h_bytes_per_s: their medians)
+    "h2d": 55.2e9,
+    "d2h": 55.2e9,
     # SMs, and the SMs a banded tensor-core pass leaves to the band stream
     # (docs/ARCHITECTURE.md, "tensor-core")
     "sms": 132,
@@ -60,8 +60,9 @@ MEM_FRACTION = {
     "tb2d": 0.85,      # assumed as the other kernels: one read of the
                        # tile with its margins and one write per pass (never
                        # the bound at the depths measured)
-    "tb3d": 0.85,      # as tb2d (the bound at depth 2 only, within 8%:
-                       # h100_3d_tb3d_depth.md)
+    "tb3d": 0.76,      # h100_3d_tb3d_depth.md: depths 1 and 2, the
+                       # memory-bound ones (119 and 232 of 135 and 258 at
+                       # the copy rate)
 }
 
 # Attainable fraction of the FP64 tensor-core peak.  tc2d and tc3d never
@@ -314,12 +315,14 @@ TB3D_BLOCKS_PER_SM = 1
 TB3D_MAX_SEGMENTS = 1024
 # The stream is bound by instruction issue and latency (Nsight Compute,
 # h100_ncu_tb3d.txt: 16 warps an SM, one barrier a level): per cell and
-# level, its multiply-adds plus TB3D_OVERHEAD_OPS others (the shuffles,
-# the shared plane's stores and loads, the barrier's wait), at
-# TB3D_FP64_FRACTION of the FP64 peak in those units.  Fitted to
-# h100_3d_tb3d_depth.md (512^3, depths 2 and 3; heat3d 7 multiply-adds,
-# box3d27p 9).
-TB3D_OVERHEAD_OPS = 9.6
+# level TB3D_ISSUE_OPS operations (the multiply-adds, shuffles, the
+# shared plane's stores and loads, the barrier's wait), at
+# TB3D_FP64_FRACTION of the FP64 peak in those units.  The same for a
+# star and an outer product: their warps execute about as many
+# instructions (449 and 434 million a 3-step pass at 512^3, the same
+# file) and run at the same rate.  Fitted to h100_3d_tb3d_depth.md
+# (512^3, depth 3: heat3d 309.5, box3d27p 313.0).
+TB3D_ISSUE_OPS = 16.2
 TB3D_FP64_FRACTION = 0.5
 
 
@@ -343,7 +346,7 @@ def _tb3d_pass(w, shape, depth, rates):
     useful = 2.0 * taps * depth
     executed = 2.0 * macs * depth * redundancy
     bytes_ = 8.0 * (redundancy + 1.0)
-    issue = 2.0 * (macs + TB3D_OVERHEAD_OPS) * depth * redundancy * idle
+    issue = 2.0 * TB3D_ISSUE_OPS * depth * redundancy * idle
     return _blocked_pass("tb3d", depth, npts, bytes_, useful, executed,
                          issue, TB3D_FP64_FRACTION, rates)
 
