@@ -211,6 +211,17 @@ def check_padded_device_runs(cp, rng, names, shape, kinds, steps_list,
                     dict(name=name, kind=kind, steps=steps, mode=mode))
 
 
+def check_finite_device_run(cp, host, name, steps, mode):
+    """Finite all along: the fast path's result stands, and the run says
+    so (no non-finite value noted)."""
+    got = cs.apply(cp.asarray(host), name, steps=steps, mode=mode,
+                   backend="cuda-core")
+    assert cs.last_run_info()["nonfinite"] is False, (name, mode)
+    assert_same_nonfinite(cp.asnumpy(got), scipy_steps(
+        host, cs.Stencil(name).weights, steps, mode, 0.0),
+        dict(name=name, mode=mode))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", MODES)
 def test_tb2d_between_device_arrays(mode, rng):
@@ -227,13 +238,7 @@ def test_tb2d_between_device_arrays(mode, rng):
     check_overflow_noted(cp, rng.uniform(1e306, 2e306, (40, 50)),
                          cs.Stencil("box2d9p").weights * 2.0, 11, mode,
                          "cuda-core")
-    # finite all along: the fast path's result stands
-    host = rng.random((40, 50))
-    got = cs.apply(cp.asarray(host), "heat2d", steps=11, mode=mode,
-                   backend="cuda-core")
-    assert cs.last_run_info()["nonfinite"] is False
-    assert_same_nonfinite(cp.asnumpy(got), scipy_steps(
-        host, cs.Stencil("heat2d").weights, 11, mode, 0.0), dict(mode=mode))
+    check_finite_device_run(cp, rng.random((40, 50)), "heat2d", 11, mode)
 
 
 @pytest.mark.gpu
@@ -251,6 +256,8 @@ def test_tb3d_between_device_arrays(mode, rng):
     check_overflow_noted(cp, rng.uniform(1e306, 2e306, (10, 20, 30)),
                          cs.Stencil("box3d27p").weights * 2.0, 7, mode,
                          "cuda-core")
+    for name in ("heat3d", "box3d27p"):
+        check_finite_device_run(cp, rng.random((12, 40, 70)), name, 7, mode)
 
 
 @pytest.mark.gpu
