@@ -55,8 +55,15 @@ cs_cc3d_taps(const int size[3], const double *weights)
 int
 cs_cc2d_taps(const int size[3], const double *weights)
 {
-    const int k = size[1];
     double col[CC2D_MAX_SIDE], row[CC2D_MAX_SIDE];
+    return cs_cc2d_taps_factored(size, weights, col, row);
+}
+
+int
+cs_cc2d_taps_factored(const int size[3], const double *weights, double *col,
+                      double *row)
+{
+    const int k = size[1];
     if (weights == NULL || size[0] != 1 || size[2] != k
         || (k != 3 && k != 5 && k != 7)) {
         return -1;

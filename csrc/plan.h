@@ -55,6 +55,13 @@ cs_cc3d_taps(const int size[3], const double *weights);
 int
 cs_cc2d_taps(const int size[3], const double *weights);
 
+/* cs_cc2d_taps, and for CS_CC2D_RANK1 the factors it found: col (k
+   entries, down the rows) and row (k, along them) with weights ==
+   outer(col, row), so that a caller need not factor the kernel again. */
+int
+cs_cc2d_taps_factored(const int size[3], const double *weights, double *col,
+                      double *row);
+
 /*
  * The most steps per pass tb2d runs of one plane of k x k weights (size
  * {1, k, k}): CS_TB2D_MAX_DEPTH for k = 3, CS_TB2D_MAX_DEPTH_5 (4) for

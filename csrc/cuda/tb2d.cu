@@ -166,12 +166,7 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     /* an outer product filters each row once (2 k multiply-adds a cell,
        not k * k); the planner takes tb2d at sides 5 and 7 only for
        pluses and outer products */
-    const int shape = cs_cc2d_taps(k->size, p.w);
-    if (shape == CS_CC2D_RANK1
-        && !cs_outer_factors(side, side, p.w, p.col, p.row)) {
-        cs_cuda_message(ctx, "cs_cuda_tb2d_pass: no outer factors");
-        return CS_ERR_INVALID;
-    }
+    const int shape = cs_cc2d_taps_factored(k->size, p.w, p.col, p.row);
     /* the checks cost about 5% of the kernel's rate (H100, heat2d at
        depth 8): passes that need no flag run without them */
     return in_flag != NULL || out_flag != NULL
