@@ -61,8 +61,8 @@ MEM_FRACTION = {
                        # tile with its margins and one write per pass (never
                        # the bound at the depths measured)
     "tb3d": 0.76,      # h100_3d_tb3d_depth.md: depths 1 and 2, the
-                       # memory-bound ones (119 and 232 of 135 and 258 at
-                       # the copy rate)
+                       # memory-bound ones, ran at 119 and 232 where 0.85
+                       # (tb2d's) predicted 135 and 258
 }
 
 # Attainable fraction of the FP64 tensor-core peak.  tc2d and tc3d never
