@@ -60,9 +60,8 @@ MEM_FRACTION = {
     "tb2d": 0.85,      # assumed as the other kernels: one read of the
                        # tile with its margins and one write per pass (never
                        # the bound at the depths measured)
-    "tb3d": 0.76,      # h100_3d_tb3d_depth.md: depths 1 and 2, the
-                       # memory-bound ones, ran at 119 and 232 where 0.85
-                       # (tb2d's) predicted 135 and 258
+    "tb3d": 0.90,      # h100_3d_tb3d_depth.md: depths 1 and 2, the
+                       # memory-bound ones (143 and 274)
 }
 
 # Attainable fraction of the FP64 tensor-core peak.  tc2d and tc3d never
@@ -321,8 +320,8 @@ TB3D_MAX_SEGMENTS = 1024
 # star and an outer product: their warps execute about as many
 # instructions (449 and 434 million a 3-step pass at 512^3, the same
 # file) and run at the same rate.  Fitted to h100_3d_tb3d_depth.md
-# (512^3, depth 3: heat3d 309.5, box3d27p 313.0).
-TB3D_ISSUE_OPS = 16.2
+# (512^3, depth 3: heat3d 355.7, box3d27p 359.4).
+TB3D_ISSUE_OPS = 14.0
 TB3D_FP64_FRACTION = 0.5
 
 
