@@ -13,28 +13,20 @@ Needs CuPy (the arrays stay on the GPU, so no transfer is timed).
 """
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import convstencil as cs  # noqa: E402
 
-SIZES = {1: (1 << 27,), 2: (10240, 10240), 3: (512, 512, 512)}
-
 
 def measure(cp, name, steps, repeat):
-    shape = SIZES[cs.Stencil(name).weights.ndim]
+    shape = common.GPU_SIZES[cs.Stencil(name).weights.ndim]
     grid = cp.random.random_sample(shape)
     out = cp.empty_like(grid)
-    cs.apply(grid, name, steps=steps, out=out)  # warm-up: arenas, lanes
-    seconds = []
-    for _ in range(repeat):
-        cs.apply(grid, name, steps=steps, out=out)
-        seconds.append(cs.last_run_info()["device_seconds"])
-    info = cs.last_run_info()
+    measured, info = common.median_step_loop(
+        lambda: cs.apply(grid, name, steps=steps, out=out), repeat)
     plan = cs.explain(shape, name, steps=steps, backend="cuda")
-    measured = statistics.median(seconds)
     return {"preset": name, "shape": list(shape), "steps": steps,
             "path": info["path"], "fused_depth": info["fused_depth"],
             "measured_seconds": measured,
@@ -44,13 +36,13 @@ def measure(cp, name, steps, repeat):
 
 
 def markdown(meta, rows):
-    lines = ["# explain(): predicted against measured step loops", "",
-             common.provenance_sentence(meta), "",
-             "Step loop of one 100-step call on a CuPy array (device time,"
-             " median of the repeats) against explain()'s prediction; the"
-             " goal is a fraction between 0.75 and 1.25.", "",
-             "| preset | grid | path | depth | predicted ms | measured ms |"
-             " fraction | bound |", "|---|---|---|---|---|---|---|---|"]
+    lines = common.markdown_head(
+        "explain(): predicted against measured step loops", meta,
+        "Step loop of one 100-step call on a CuPy array (device time,"
+        " median of the repeats) against explain()'s prediction; the"
+        " goal is a fraction between 0.75 and 1.25.",
+        ["preset", "grid", "path", "depth", "predicted ms", "measured ms",
+         "fraction", "bound"])
     for r in rows:
         lines.append("| %s | %s | %s | %d | %.2f | %.2f | %.2f | %s |" % (
             r["preset"], "x".join(map(str, r["shape"])), r["path"],

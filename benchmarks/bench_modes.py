@@ -17,14 +17,12 @@ Needs CuPy (the arrays stay on the GPU, so no transfer is timed).
 """
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import convstencil as cs  # noqa: E402
 
-SIZES = {1: (1 << 27,), 2: (10240, 10240), 3: (512, 512, 512)}
 MODES = ("constant", "wrap", "nearest", "reflect", "mirror")
 STEPS = 100
 
@@ -32,13 +30,9 @@ STEPS = 100
 def measure(cp, grid, name, mode, repeat):
     """One record: the median step-loop rate of `name` in `mode`."""
     out = cp.empty_like(grid)
-    cs.apply(grid, name, steps=STEPS, mode=mode, out=out)  # warm-up
-    seconds = []
-    for _ in range(repeat):
-        cs.apply(grid, name, steps=STEPS, mode=mode, out=out)
-        seconds.append(cs.last_run_info()["device_seconds"])
-    info = cs.last_run_info()
-    median = statistics.median(seconds)
+    median, info = common.median_step_loop(
+        lambda: cs.apply(grid, name, steps=STEPS, mode=mode, out=out),
+        repeat)
     return {"preset": name, "shape": list(grid.shape), "steps": STEPS,
             "mode": mode, "path": info["path"],
             "fused_depth": info["fused_depth"], "device_seconds": median,
@@ -46,14 +40,11 @@ def measure(cp, grid, name, mode, repeat):
 
 
 def markdown(records, prov):
-    lines = ["# Step-loop rate in every boundary mode", "",
-             common.provenance_sentence(prov), "",
-             "GStencils/s of 100 steps on a GPU array, backend \"cuda\", "
-             "median of the repeats (in brackets: the ratio to mode "
-             "constant's).", "",
-             "| preset | grid | path (depth) | "
-             + " | ".join(MODES) + " |",
-             "|---|---|---|" + "---|" * len(MODES)]
+    lines = common.markdown_head(
+        "Step-loop rate in every boundary mode", prov,
+        "GStencils/s of 100 steps on a GPU array, backend \"cuda\", "
+        "median of the repeats (in brackets: the ratio to mode "
+        "constant's).", ["preset", "grid", "path (depth)"] + list(MODES))
     by_preset = {}
     for r in records:
         by_preset.setdefault(r["preset"], {})[r["mode"]] = r
@@ -81,7 +72,7 @@ def main():
     prov = common.provenance(common.device_name())
     records = []
     for name in args.presets.split(","):
-        shape = SIZES[cs.Stencil(name).weights.ndim]
+        shape = common.GPU_SIZES[cs.Stencil(name).weights.ndim]
         grid = cp.random.random_sample(shape)
         for mode in MODES:
             rec = measure(cp, grid, name, mode, args.repeat)

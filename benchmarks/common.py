@@ -21,6 +21,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPU_SIZES = {1: (1 << 24,), 2: (4096, 4096), 3: (256, 256, 256)}
 # Small grids for a smoke check of the harness (--quick), not for figures.
 QUICK_CPU_SIZES = {1: (1 << 16,), 2: (256, 256), 3: (32, 32, 32)}
+# The GPU step-loop benchmarks' grids (bench_explain, bench_modes): sizes
+# that fill the H100, as the issue's figures use.
+GPU_SIZES = {1: (1 << 27,), 2: (10240, 10240), 3: (512, 512, 512)}
+
+
+def median_step_loop(run, repeat):
+    """Median step-loop device seconds (last_run_info()) of `repeat`
+    calls of run(), after one call that warms the engine up (its
+    arenas, lanes and plans); and the last call's run info."""
+    run()
+    seconds = []
+    for _ in range(repeat):
+        run()
+        seconds.append(cs.last_run_info()["device_seconds"])
+    return float(np.median(seconds)), cs.last_run_info()
+
+
+def markdown_head(title, prov, text, columns):
+    """A results file's first lines: title, provenance, what the table
+    holds, and the table's header for `columns`."""
+    return ["# " + title, "", provenance_sentence(prov), "", text, "",
+            "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
 def commit():
