@@ -260,6 +260,27 @@ def test_tb3d_between_device_arrays(mode, rng):
         check_finite_device_run(cp, rng.random((12, 40, 70)), name, 7, mode)
 
 
+def check_fold_between_device_arrays(cp, rng, n, name, steps, mode):
+    """A CuPy grid of n points holding each kind of non-finite value runs
+    the masked path; a finite one keeps the fast path, whose first pass
+    reads the array and last step writes the result."""
+    w = cs.Stencil(name).weights
+    for kind in ("nan-middle", "inf-edges", "nan-row"):
+        host = grid_with(rng, (n,), kind)
+        check_masked_device_run(
+            cp, cp.asarray(host), host, w, steps, mode, 0.25, "cuda-tc",
+            dict(n=n, name=name, kind=kind, steps=steps, mode=mode))
+    host = rng.random(n)
+    got = cs.apply(cp.asarray(host), name, steps=steps, mode=mode,
+                   cval=0.25, backend="cuda-tc")
+    info = cs.last_run_info()
+    assert info["nonfinite"] is False, info
+    assert info["fused_passes"] >= 1 and info["unfused_steps"] >= 1, info
+    assert_same_nonfinite(cp.asnumpy(got), scipy_steps(host, w, steps,
+                                                       mode, 0.25),
+                          dict(n=n, name=name, steps=steps, mode=mode))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", MODES)
 def test_fold_between_device_arrays(mode, rng):
@@ -268,23 +289,11 @@ def test_fold_between_device_arrays(mode, rng):
     # (tests/cuda_emu asserts that no load or store runs), noting
     # non-finite values as the load and the store would
     cp = cupy_on_device()
-    for name, steps in (("heat1d", 17), ("1d5p", 16), ("heat1d", 100)):
-        w = cs.Stencil(name).weights
-        for kind in ("nan-middle", "inf-edges", "nan-row"):
-            host = grid_with(rng, (10007,), kind)
-            check_masked_device_run(
-                cp, cp.asarray(host), host, w, steps, mode, 0.25, "cuda-tc",
-                dict(name=name, kind=kind, steps=steps, mode=mode))
-        # finite: the fast path, its first pass and last step at the ends
-        host = rng.random(10007)
-        got = cs.apply(cp.asarray(host), name, steps=steps, mode=mode,
-                       cval=0.25, backend="cuda-tc")
-        info = cs.last_run_info()
-        assert info["nonfinite"] is False, info
-        assert info["fused_passes"] >= 1 and info["unfused_steps"] >= 1, info
-        assert_same_nonfinite(cp.asnumpy(got), scipy_steps(host, w, steps,
-                                                           mode, 0.25),
-                              dict(name=name, steps=steps, mode=mode))
+    # 3 rows of the fold (every tile at an end of the array) and 49 (the
+    # tiles between read it as plain loads: tc1d.cu, tc1d_flat_inside)
+    for n in (10007, 200_003):
+        for name, steps in (("heat1d", 17), ("1d5p", 16), ("heat1d", 100)):
+            check_fold_between_device_arrays(cp, rng, n, name, steps, mode)
     # finite input, a result past DBL_MAX: the last step notes it
     check_overflow_noted(cp, rng.uniform(1e306, 2e306, 10007),
                          cs.Stencil("heat1d").weights * 2.0, 17, mode,

@@ -117,6 +117,24 @@ tc1d_flat_cell(const tc1d_params &p, ptrdiff_t row, ptrdiff_t col,
     return p.in[cs_extend_index(q, p.points, p.mode)];
 }
 
+/*
+ * FLAT: whether every cell a tile loads (rows i0 .. i0 + rows - 1,
+ * columns c0 .. c0 + cols - 1 of the fold's padded grid) lies inside the
+ * padded grid's limits and maps to a point of the caller's array (every
+ * tile but those at the array's two ends): the tile then loads them as
+ * plain, unconditional reads, which the compiler issues all at once.
+ * Cell (row, col) is point row * in_pitch + col, increasing in both.
+ */
+static __device__ __forceinline__ bool
+tc1d_flat_inside(const tc1d_params &p, ptrdiff_t i0, int rows, ptrdiff_t c0,
+                 int cols)
+{
+    const ptrdiff_t last_row = i0 + rows - 1, last_col = c0 + cols - 1;
+    return last_row < p.lim_y && last_col < p.lim_x
+           && i0 * p.in_pitch + c0 >= 0
+           && last_row * p.in_pitch + last_col < p.points;
+}
+
 template <int P, bool FLAT>
 __global__ void __launch_bounds__(T1_THREADS, 2)
 tc1d_kernel(const tc1d_params p)
@@ -162,14 +180,21 @@ tc1d_kernel(const tc1d_params p)
     const int ex = tid / EXTRA_COLS;           /* tile row */
     double v[T::COLS_PER_THREAD][T::TR];
     bool bad = false; /* FLAT: a point that is not finite */
+    /* FLAT tiles inside the array read as the plain layout is read (the
+       same addresses: the fold's rows one after another); the tiles at
+       its ends map each cell */
+    const bool flat_cells =
+        FLAT && !tc1d_flat_inside(p, i0, T::TR, j0 - HALO, T::IN_COLS);
 #pragma unroll
     for (int c = 0; c < T::COLS_PER_THREAD; c++) {
         const ptrdiff_t gx = gx0 + T1_THREADS * c;
         const double *src = p.in + i0 * p.in_pitch + gx;
 #pragma unroll
         for (int r = 0; r < T::TR; r++) {
-            if constexpr (FLAT) {
+            if (flat_cells) {
                 v[c][r] = tc1d_flat_cell(p, i0 + r, gx, bad);
+            } else if (FLAT) {
+                v[c][r] = src[r * p.in_pitch];
             } else {
                 const bool ok = gx < p.lim_x && i0 + r < p.lim_y;
                 v[c][r] = ok ? src[r * p.in_pitch] : 0.0;
@@ -178,10 +203,22 @@ tc1d_kernel(const tc1d_params p)
     }
     double ev = 0.0;
     const ptrdiff_t egx = j0 - HALO + ey;
-    if (FLAT && has_extra) {
+    if (flat_cells && has_extra) {
         ev = tc1d_flat_cell(p, i0 + ex, egx, bad);
+    } else if (FLAT && has_extra) {
+        ev = p.in[(i0 + ex) * p.in_pitch + egx];
     } else if (has_extra && i0 + ex < p.lim_y && egx < p.lim_x) {
         ev = p.in[(i0 + ex) * p.in_pitch + egx];
+    }
+    if (FLAT && !flat_cells) {
+#pragma unroll
+        for (int c = 0; c < T::COLS_PER_THREAD; c++) {
+#pragma unroll
+            for (int r = 0; r < T::TR; r++) {
+                bad |= !isfinite(v[c][r]);
+            }
+        }
+        bad |= has_extra && !isfinite(ev);
     }
     if (FLAT && bad) {
         *p.in_flag = 1; /* every writer writes 1: no ordering needed */

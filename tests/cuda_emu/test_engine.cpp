@@ -752,6 +752,10 @@ static void fold_cases() {
         device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 17, TC, 0, COPIES_NONE);
         device_array_case(p1d5, 1, 1, 4097, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 16, TC, 0, COPIES_NONE);
         device_array_case(k1d9, 1, 1, 8193, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, TC, 0, COPIES_NONE);
+        // enough full rows that the tiles away from the ends read the
+        // array as plain loads (tc1d_flat_inside): payloads 31 and 15
+        device_array_case(heat1d, 1, 1, 4096 * 12 + 517, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 17, TC, 0, COPIES_NONE);
+        device_array_case(k1d9, 1, 1, 4096 * 17 + 5, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 1, TC, 0, COPIES_STORE);
         // passes only: the result is stored from the fold
         device_array_case(heat1d, 1, 1, 9000, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 30, TC, 0, COPIES_STORE);
         // unfused steps only: the grid is loaded into the fold
