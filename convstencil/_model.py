@@ -33,9 +33,9 @@ H100 = {
     # FP64 peaks of the H100 SXM datasheet: tensor cores, CUDA cores
     "tensor_flops": 67e12,
     "fp64_flops": 34e12,
-    # pinned host <-> device rates: h100_e2e.json
-    # (pinned_h2d_bytes_per_s, pinned_d2h_bytes_per_s: their medians)
-    "h2d": 55.0e9,
+    # pinned host <-> device rates: the medians of h100_e2e.json's
+    # pinned_h2d_bytes_per_s and pinned_d2h_bytes_per_s (at 2446a85)
+    "h2d": 55.3e9,
     "d2h": 55.2e9,
     # SMs, and the SMs a banded tensor-core pass leaves to the band stream
     # (docs/ARCHITECTURE.md, "tensor-core")
@@ -318,7 +318,7 @@ TB3D_MAX_SEGMENTS = 1024
 # shared plane's stores and loads, the barrier's wait), at
 # TB3D_FP64_FRACTION of the FP64 peak in those units.  The same for a
 # star and an outer product: their warps execute about as many
-# instructions (449 and 434 million a 3-step pass at 512^3, the same
+# instructions (445 and 431 million a 3-step pass at 512^3, the same
 # file) and run at the same rate.  Fitted to h100_3d_tb3d_depth.md
 # (512^3, depth 3: heat3d 355.7, box3d27p 359.4).
 TB3D_ISSUE_OPS = 14.0

@@ -34,8 +34,6 @@
 
 #include <string.h>
 
-#define CC2D_MAX_SIDE 7
-
 int
 cs_cc3d_taps(const int size[3], const double *weights)
 {
@@ -55,7 +53,7 @@ cs_cc3d_taps(const int size[3], const double *weights)
 int
 cs_cc2d_taps(const int size[3], const double *weights)
 {
-    double col[CC2D_MAX_SIDE], row[CC2D_MAX_SIDE];
+    double col[CS_CC2D_MAX_SIDE], row[CS_CC2D_MAX_SIDE];
     return cs_cc2d_taps_factored(size, weights, col, row);
 }
 
@@ -78,16 +76,20 @@ cs_cc2d_taps_factored(const int size[3], const double *weights, double *col,
 int
 cs_tb2d_max_depth(const int size[3], const double *weights)
 {
-    const int k = size[1];
-    if (weights == NULL || size[0] != 1 || size[2] != k) {
-        return 0;
+    return cs_tb2d_depth_of_taps(size[1], cs_cc2d_taps(size, weights));
+}
+
+int
+cs_tb2d_depth_of_taps(int k, int taps)
+{
+    if (taps < 0) {
+        return 0; /* not a plane of side 3, 5 or 7 */
     }
     if (k == 3) {
         return CS_TB2D_MAX_DEPTH;
     }
-    const int taps = cs_cc2d_taps(size, weights);
     if (taps != CS_CC2D_PLUS && taps != CS_CC2D_RANK1) {
-        return 0; /* other sides; a full-rank box of k * k taps a cell */
+        return 0; /* a full-rank box of k * k taps a cell */
     }
     return k == 5 ? CS_TB2D_MAX_DEPTH_5 : CS_TB2D_MAX_DEPTH_7;
 }
@@ -340,8 +342,8 @@ tb3d_depth(const cs_kernel *k, const cs_plan *plan)
    and writes the grid once, whatever its depth); exact at every edge, no
    band. */
 static void
-plan_blocked(const cs_kernel *k, int max_depth, long steps, const cs_caps *caps,
-          cs_pass_kind pass, cs_plan *plan)
+plan_blocked(const cs_kernel *k, int max_depth, long steps,
+             const cs_caps *caps, cs_pass_kind pass, cs_plan *plan)
 {
     long top = caps->max_depth == 0 || caps->max_depth > max_depth
                    ? max_depth

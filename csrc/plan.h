@@ -55,9 +55,12 @@ cs_cc3d_taps(const int size[3], const double *weights);
 int
 cs_cc2d_taps(const int size[3], const double *weights);
 
+#define CS_CC2D_MAX_SIDE 7 /* the planar kernels cc2d and tb2d take */
+
 /* cs_cc2d_taps, and for CS_CC2D_RANK1 the factors it found: col (k
-   entries, down the rows) and row (k, along them) with weights ==
-   outer(col, row), so that a caller need not factor the kernel again. */
+   entries, down the rows) and row (k, along them; k <= CS_CC2D_MAX_SIDE)
+   with weights == outer(col, row), so that a caller need not factor the
+   kernel again. */
 int
 cs_cc2d_taps_factored(const int size[3], const double *weights, double *col,
                       double *row);
@@ -73,6 +76,11 @@ cs_cc2d_taps_factored(const int size[3], const double *weights, double *col,
  */
 int
 cs_tb2d_max_depth(const int size[3], const double *weights);
+
+/* cs_tb2d_max_depth of a k x k plane whose tap set cs_cc2d_taps gave
+   (`taps`, -1 for extents it does not take), for callers that have it. */
+int
+cs_tb2d_depth_of_taps(int k, int taps);
 
 #define CS_TB3D_MAX_DEPTH 3   /* tb3d: steps per trip (at 4 the partial
                                  planes spill: ARCHITECTURE.md) */

@@ -211,15 +211,18 @@ def check_padded_device_runs(cp, rng, names, shape, kinds, steps_list,
                     dict(name=name, kind=kind, steps=steps, mode=mode))
 
 
-def check_finite_device_run(cp, host, name, steps, mode):
+def check_finite_device_run(cp, host, name, steps, mode, cval=0.0,
+                            backend="cuda-core"):
     """Finite all along: the fast path's result stands, and the run says
-    so (no non-finite value noted)."""
+    so (no non-finite value noted); the run's info."""
     got = cs.apply(cp.asarray(host), name, steps=steps, mode=mode,
-                   backend="cuda-core")
-    assert cs.last_run_info()["nonfinite"] is False, (name, mode)
+                   cval=cval, backend=backend)
+    info = cs.last_run_info()
+    assert info["nonfinite"] is False, (name, mode, info)
     assert_same_nonfinite(cp.asnumpy(got), scipy_steps(
-        host, cs.Stencil(name).weights, steps, mode, 0.0),
-        dict(name=name, mode=mode))
+        host, cs.Stencil(name).weights, steps, mode, cval),
+        dict(name=name, steps=steps, mode=mode))
+    return info
 
 
 @pytest.mark.gpu
@@ -270,15 +273,9 @@ def check_fold_between_device_arrays(cp, rng, n, name, steps, mode):
         check_masked_device_run(
             cp, cp.asarray(host), host, w, steps, mode, 0.25, "cuda-tc",
             dict(n=n, name=name, kind=kind, steps=steps, mode=mode))
-    host = rng.random(n)
-    got = cs.apply(cp.asarray(host), name, steps=steps, mode=mode,
-                   cval=0.25, backend="cuda-tc")
-    info = cs.last_run_info()
-    assert info["nonfinite"] is False, info
+    info = check_finite_device_run(cp, rng.random(n), name, steps, mode,
+                                   0.25, "cuda-tc")
     assert info["fused_passes"] >= 1 and info["unfused_steps"] >= 1, info
-    assert_same_nonfinite(cp.asnumpy(got), scipy_steps(host, w, steps,
-                                                       mode, 0.25),
-                          dict(n=n, name=name, steps=steps, mode=mode))
 
 
 @pytest.mark.gpu

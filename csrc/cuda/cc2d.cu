@@ -45,7 +45,7 @@
 #define CC2D_CX 2  /* columns per thread */
 #define CC2D_CY 8  /* rows per thread */
 #define CC2D_TX (CC2D_BX * CC2D_CX) /* 128 columns */
-#define CC2D_MAX_K 7
+#define CC2D_MAX_K CS_CC2D_MAX_SIDE
 
 /* Output rows of a tile of a block of T threads, and the blocks per SM
    it is built for: 256 threads, 2 blocks (the 7 x 7 box: its 49 taps need
@@ -316,19 +316,17 @@ cc2d_launch(cs_cuda_ctx *ctx, cc2d_params *p, const char *name)
 
 cs_status
 cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-                  const cs_dkernel *k, int shape)
+                  const cs_dkernel *k, int shape, const double *col,
+                  const double *row)
 {
     const int ks = k->size[1];
     cc2d_params p;
     memset(&p, 0, sizeof(p));
     cs_params_grids(&p, in, out);
     memcpy(p.w, k->host_weights, (size_t)ks * ks * sizeof(double));
-    /* shape is cs_cc2d_taps's: RANK1 was checked there */
-    if (shape == CS_CC2D_RANK1
-        && !cs_outer_factors(ks, ks, p.w, p.col, p.row)) {
-        cs_cuda_message(ctx, "cs_cuda_cc2d_step: no factors of a zero "
-                             "kernel");
-        return CS_ERR_INVALID;
+    if (shape == CS_CC2D_RANK1) { /* the factors the caller's test found */
+        memcpy(p.col, col, (size_t)ks * sizeof(double));
+        memcpy(p.row, row, (size_t)ks * sizeof(double));
     }
     p.tiles_x = CEIL_DIV(p.nx, (ptrdiff_t)CC2D_TX);
     switch (ks * 4 + shape) {

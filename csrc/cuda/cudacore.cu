@@ -189,9 +189,12 @@ cs_cuda_core_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     if (shape >= 0) {
         return cs_cuda_cc3d_step(ctx, in, out, k, shape); /* streams in z */
     }
-    const int shape2 = cs_cc2d_taps(k->size, k->host_weights);
+    double col[CS_CC2D_MAX_SIDE], row[CS_CC2D_MAX_SIDE];
+    const int shape2 =
+        cs_cc2d_taps_factored(k->size, k->host_weights, col, row);
     if (shape2 >= 0 && cc2d_fits(ctx, out, k->size[1], shape2)) {
-        return cs_cuda_cc2d_step(ctx, in, out, k, shape2); /* planar */
+        /* planar */
+        return cs_cuda_cc2d_step(ctx, in, out, k, shape2, col, row);
     }
     cc_params p;
     cs_step_params_grids(&p, in, out);

@@ -491,7 +491,8 @@ static int
 blocked_between_arrays(const cs_grid_io *io, const cs_plan *plan,
                        cs_dgrid *in, cs_dgrid *out)
 {
-    return blocked(plan) && io->dev_in != NULL && io->dev_out != NULL && !io->out_reads_in
+    return blocked(plan) && io->dev_in != NULL && io->dev_out != NULL
+           && !io->out_reads_in
            && plan->fusion.passes + (plan->fusion.remainder > 0) >= 1
            && blocked_array_grid(io->dev_in, plan->run_shape, in)
            && blocked_array_grid(io->dev_out, plan->run_shape, out);

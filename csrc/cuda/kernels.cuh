@@ -264,14 +264,16 @@ size_t
 cs_cuda_cc2d_smem_bytes(int side, int shape);
 
 /*
- * One step of a planar kernel of tap set `shape` (cs_cc2d_taps of k,
- * >= 0) on every plane: cs_cuda_core_step's contract, whose checks of
- * the grids it relies on, and rows of `out` 16-byte aligned (origin,
- * pitch and plane: cs_cuda_core_step checks).
+ * One step of a planar kernel of tap set `shape` (cs_cc2d_taps_factored
+ * of k, >= 0, with its factors col and row for CS_CC2D_RANK1) on every
+ * plane: cs_cuda_core_step's contract, whose checks of the grids it
+ * relies on, and rows of `out` 16-byte aligned (origin, pitch and plane:
+ * cs_cuda_core_step checks).
  */
 cs_status
 cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
-                  const cs_dkernel *k, int shape);
+                  const cs_dkernel *k, int shape, const double *col,
+                  const double *row);
 
 /* ---- tb2d.cu ---------------------------------------------------------- */
 

@@ -141,10 +141,16 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   int *in_flag, int *out_flag)
 {
     const int side = k->size[2];
+    tbs_params p;
+    memset(&p, 0, sizeof(p));
+    /* the tap set, and an outer product's factors: it filters each row
+       once (2 k multiply-adds a cell, not k * k); the planner takes tb2d
+       at sides 5 and 7 only for pluses and outer products */
+    const int shape =
+        cs_cc2d_taps_factored(k->size, k->host_weights, p.col, p.row);
     int ok = in->origin != NULL && out->origin != NULL
-             && in->origin != out->origin && k->host_weights != NULL
-             && depth >= 1 && ctx->sms > 0
-             && depth <= cs_tb2d_max_depth(k->size, k->host_weights);
+             && in->origin != out->origin && depth >= 1 && ctx->sms > 0
+             && depth <= cs_tb2d_depth_of_taps(side, shape);
     for (int a = 0; a < 3 && ok; a++) {
         ok = in->n[a] == out->n[a] && in->n[a] >= 1;
     }
@@ -155,18 +161,12 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                              "depth");
         return CS_ERR_INVALID;
     }
-    tbs_params p;
-    memset(&p, 0, sizeof(p));
     cs_params_grids(&p, in, out);
     p.mode = mode;
     p.cval = cval;
     p.in_flag = in_flag;
     p.out_flag = out_flag;
     memcpy(p.w, k->host_weights, sizeof(double) * side * side);
-    /* an outer product filters each row once (2 k multiply-adds a cell,
-       not k * k); the planner takes tb2d at sides 5 and 7 only for
-       pluses and outer products */
-    const int shape = cs_cc2d_taps_factored(k->size, p.w, p.col, p.row);
     /* the checks cost about 5% of the kernel's rate (H100, heat2d at
        depth 8): passes that need no flag run without them */
     return in_flag != NULL || out_flag != NULL

@@ -16,7 +16,7 @@
 #define TS_V 2      /* columns per lane */
 #define TS_UNROLL 2 /* rows per turn of the row loop, radius 1 */
 #define TS_MIN_BLOCKS 3 /* blocks per SM the registers must allow */
-#define TS_MAX_SIDE 7
+#define TS_MAX_SIDE CS_CC2D_MAX_SIDE
 
 typedef struct tbs_params {
     const double *in; /* origins (interior element (0, 0, 0)) */

@@ -214,11 +214,12 @@ load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
  * plane, go to the output planes that read it).  The x neighbours come
  * by shuffles (the outer lanes' are the margin's, never stored), the
  * rows above and below from the shared plane, where every thread leaves
- * its own rows (an outer product: its rows filtered along x).  EDGE: in-
- * grid cells read neighbours outside the grid where the mode maps them
- * (cl's maps).  ZEDGE: rin may be outside the grid or at a plane the
- * z edges of nearest, reflect and mirror touch (not wrap).  `buf`
- * alternates the shared planes, one per write.
+ * its own rows (an outer product: its rows filtered along x).  EDGE: the
+ * tile's cells outside the grid are kept as edge_maps says, and in-grid
+ * rows read the rows outside rows map to (cl.rows).  ZEDGE: rin may be
+ * outside the grid or at a plane the z edges of nearest, reflect and
+ * mirror touch (not wrap).  `buf` alternates the shared planes, one per
+ * write.
  */
 template <int SHAPE, bool EDGE, bool ZEDGE>
 static __device__ __forceinline__ void

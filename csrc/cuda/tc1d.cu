@@ -193,10 +193,8 @@ tc1d_kernel(const tc1d_params p)
         for (int r = 0; r < T::TR; r++) {
             if (flat_cells) {
                 v[c][r] = tc1d_flat_cell(p, i0 + r, gx, bad);
-            } else if (FLAT) {
-                v[c][r] = src[r * p.in_pitch];
-            } else {
-                const bool ok = gx < p.lim_x && i0 + r < p.lim_y;
+            } else { /* FLAT here: every cell inside the limits */
+                const bool ok = FLAT || (gx < p.lim_x && i0 + r < p.lim_y);
                 v[c][r] = ok ? src[r * p.in_pitch] : 0.0;
             }
         }
@@ -205,9 +203,8 @@ tc1d_kernel(const tc1d_params p)
     const ptrdiff_t egx = j0 - HALO + ey;
     if (flat_cells && has_extra) {
         ev = tc1d_flat_cell(p, i0 + ex, egx, bad);
-    } else if (FLAT && has_extra) {
-        ev = p.in[(i0 + ex) * p.in_pitch + egx];
-    } else if (has_extra && i0 + ex < p.lim_y && egx < p.lim_x) {
+    } else if (has_extra
+               && (FLAT || (i0 + ex < p.lim_y && egx < p.lim_x))) {
         ev = p.in[(i0 + ex) * p.in_pitch + egx];
     }
     if (FLAT && !flat_cells) {
