@@ -117,12 +117,28 @@ cs_tb3d_taps(const int size[3], const double *weights, double cz[3],
     return CS_TB3D_RANK1;
 }
 
-int
-cs_tb3d_max_depth(const int size[3], const double *weights)
+size_t
+cs_tb3d_smem_bytes(int shape, int depth)
 {
-    return cs_tb3d_taps(size, weights, NULL, NULL, NULL) >= 0
-               ? CS_TB3D_MAX_DEPTH
-               : 0;
+    const size_t planes = shape == CS_TB3D_STAR ? 2 * (size_t)depth : 2;
+    return planes * (CS_TB3D_TILE_ROWS + 2) * CS_TB3D_TILE_COLS
+           * sizeof(double);
+}
+
+int
+cs_tb3d_max_depth(const int size[3], const double *weights,
+                  size_t smem_optin)
+{
+    const int shape = cs_tb3d_taps(size, weights, NULL, NULL, NULL);
+    if (shape < 0) {
+        return 0;
+    }
+    int depth = CS_TB3D_MAX_DEPTH;
+    while (depth > 0 && smem_optin != 0
+           && cs_tb3d_smem_bytes(shape, depth) > smem_optin) {
+        depth--;
+    }
+    return depth;
 }
 
 static int
@@ -322,7 +338,7 @@ tb2d_depth(const cs_kernel *k, const cs_plan *plan)
 
 /* The most steps per pass tb3d runs of k on this grid; 0: it does not. */
 static int
-tb3d_depth(const cs_kernel *k, const cs_plan *plan)
+tb3d_depth(const cs_kernel *k, const cs_plan *plan, const cs_caps *caps)
 {
     int size[3];
     kernel_sizes(k, size);
@@ -334,7 +350,7 @@ tb3d_depth(const cs_kernel *k, const cs_plan *plan)
             return 0;
         }
     }
-    return cs_tb3d_max_depth(size, k->weights);
+    return cs_tb3d_max_depth(size, k->weights, caps->smem_optin);
 }
 
 /* tb2d and tb3d (pass kind `pass`): passes of their most steps (or the
@@ -374,7 +390,7 @@ plan_cuda_core(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
         plan_blocked(k, tb2d_max, steps, caps, CS_PASS_TB2D, plan);
         return CS_OK;
     }
-    const int tb3d_max = tb3d_depth(k, plan);
+    const int tb3d_max = tb3d_depth(k, plan, caps);
     if (tb3d_max > 0) {
         plan_blocked(k, tb3d_max, steps, caps, CS_PASS_TB3D, plan);
         return CS_OK;

@@ -85,26 +85,39 @@ cs_tb2d_depth_of_taps(int k, int taps);
 #define CS_TB3D_MAX_DEPTH 3   /* tb3d: steps per trip (at 4 the partial
                                  planes spill: ARCHITECTURE.md) */
 #define CS_TB3D_MIN_EXTENT 8  /* tb3d: planes, rows and columns it needs */
+#define CS_TB3D_TILE_ROWS 32  /* tb3d: a block's tile of a plane */
+#define CS_TB3D_TILE_COLS 64
 enum { CS_TB3D_STAR = 0, CS_TB3D_RANK1 = 1 };
 
 /*
  * tb3d's tap set of a 3 x 3 x 3 kernel: CS_TB3D_STAR for a 7-point star
  * (heat3d), CS_TB3D_RANK1 for an outer product of three vectors
  * (box3d27p; its factors into cz, cy, cx when they are not NULL); -1
- * otherwise.  cs_tb3d_max_depth: CS_TB3D_MAX_DEPTH for those, else 0.
+ * otherwise.  cs_tb3d_max_depth: the most steps a pass takes of those
+ * (CS_TB3D_MAX_DEPTH, or fewer where a block's shared planes would not
+ * fit in `smem_optin` bytes; 0: no limit), else 0.
+ * cs_tb3d_smem_bytes: the shared memory a block of tap set `shape`
+ * takes at `depth` (a star keeps a pair of shared planes per level,
+ * an outer product one pair).
  */
 int
 cs_tb3d_taps(const int size[3], const double *weights, double cz[3],
              double cy[3], double cx[3]);
 
 int
-cs_tb3d_max_depth(const int size[3], const double *weights);
+cs_tb3d_max_depth(const int size[3], const double *weights,
+                  size_t smem_optin);
+
+size_t
+cs_tb3d_smem_bytes(int shape, int depth);
 
 /* What the device offers, as the caller found it. */
 typedef struct cs_caps {
     int cc_major, cc_minor; /* compute capability */
     long max_depth;         /* a cap on the fused depth for every kernel
                                (CONVSTENCIL_CUDA_MAX_DEPTH); 0: none */
+    size_t smem_optin;      /* shared memory a block may opt in to;
+                               0: unknown (taken as enough) */
 } cs_caps;
 
 /* What one fused pass runs. */

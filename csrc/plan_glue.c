@@ -11,14 +11,16 @@
 #include <string.h>
 
 const char cs_py_plan_doc[] =
-    "plan(shape, weights, mode, steps, path, cc_major=9, max_depth=0)"
-    " -> dict\n"
+    "plan(shape, weights, mode, steps, path, cc_major=9, max_depth=0,\n"
+    "     smem_optin=0) -> dict\n"
     "\n"
     "The GPU engine's plan for `steps` steps of `weights` (a float64\n"
     "C-contiguous array, ndim = len(shape)) on a grid of `shape` under\n"
     "boundary mode code `mode`, on path code `path` (PATH_*), for a device\n"
     "of compute capability `cc_major` with the fused depth capped at\n"
-    "`max_depth` (0: no cap; CONVSTENCIL_CUDA_MAX_DEPTH).  The dict names\n"
+    "`max_depth` (0: no cap; CONVSTENCIL_CUDA_MAX_DEPTH), whose blocks may\n"
+    "opt in to `smem_optin` bytes of shared memory (0: as many as any pass\n"
+    "takes, as on compute capability 9).  The dict names\n"
     "the path, the pass kind, the band fix-up, the fused depth, passes and\n"
     "unfused steps (tail_pass: run as one pass of their own depth), the\n"
     "band widths and the fused kernel's limits per axis\n"
@@ -136,14 +138,17 @@ PyObject *
 cs_py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"shape", "weights", "mode", "steps", "path",
-                               "cc_major", "max_depth", NULL};
+                               "cc_major", "max_depth", "smem_optin",
+                               NULL};
     PyObject *shape_obj, *weights_obj;
     int mode, path, cc_major = 9;
     long steps, max_depth = 0;
+    Py_ssize_t smem_optin = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOili|il", keywords,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOili|iln", keywords,
                                      &shape_obj, &weights_obj, &mode, &steps,
-                                     &path, &cc_major, &max_depth)) {
+                                     &path, &cc_major, &max_depth,
+                                     &smem_optin)) {
         return NULL;
     }
     ptrdiff_t shape[3];
@@ -154,18 +159,20 @@ cs_py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (steps < 0 || mode < 0 || mode >= CS_MODE_COUNT || max_depth < 0
+        || smem_optin < 0
         || (path != CS_CUDA_PATH_AUTO && path != CS_CUDA_PATH_TENSOR_CORE
             && path != CS_CUDA_PATH_CUDA_CORE)) {
         cs_kernel_free(&k);
         PyErr_SetString(PyExc_ValueError,
-                        "plan: steps and max_depth must be >= 0, mode and "
-                        "path known codes");
+                        "plan: steps, max_depth and smem_optin must be "
+                        ">= 0, mode and path known codes");
         return NULL;
     }
     cs_caps caps;
     memset(&caps, 0, sizeof(caps));
     caps.cc_major = cc_major;
     caps.max_depth = max_depth;
+    caps.smem_optin = (size_t)smem_optin;
     cs_plan p;
     char msg[256] = "";
     const cs_status st =

@@ -265,6 +265,34 @@ def test_tb3d_on_cuda_cores(name, steps):
     assert p["pass"] != "tb3d", p
 
 
+def tb3d_shared_bytes(name, depth):
+    """A tb3d block's shared memory: planes of (32 + 2) x 64 doubles, a
+    pair per level for a star, one pair for an outer product."""
+    planes = 2 * depth if name == "heat3d" else 2
+    return planes * 34 * 64 * 8
+
+
+@pytest.mark.parametrize("name", ["heat3d", "box3d27p"])
+def test_tb3d_depth_fits_the_shared_memory(name):
+    """On a device whose blocks may take less shared memory than a pass
+    of 3 steps needs (a star's 104448 bytes on 99 KB), tb3d runs the
+    deepest pass that fits, and none where not even one step fits."""
+    w = preset_weights(name)
+    for depth in (3, 2, 1):
+        fits = tb3d_shared_bytes(name, depth)
+        for optin in (fits, fits + 1000):
+            p = _core.plan((64, 64, 64), w, MODE["reflect"], 12, CC,
+                           smem_optin=optin)
+            want = depth if name == "heat3d" else 3
+            assert (p["pass"], p["fused_depth"]) == ("tb3d", want), p
+    p = _core.plan((64, 64, 64), w, MODE["reflect"], 12, CC,
+                   smem_optin=99 * 1024)
+    assert p["fused_depth"] == (2 if name == "heat3d" else 3), p
+    p = _core.plan((64, 64, 64), w, MODE["reflect"], 12, CC,
+                   smem_optin=tb3d_shared_bytes(name, 1) - 1)
+    assert p["pass"] != "tb3d", p
+
+
 @pytest.mark.parametrize("side", [5, 7])
 def test_tb2d_takes_pluses_and_outer_products_not_boxes(side, rng):
     """tb2d runs pluses and outer products of sides 5 and 7; a full-rank
@@ -321,6 +349,7 @@ def test_tensor_core_path_refuses_what_it_cannot_run(sides):
     (((5, 5), np.ones((3, 3)), 0, -1, 0), r"steps"),
     (((5, 5), np.ones((3, 3)), 0, 1, 7), r"path"),
     (((1, 2, 3, 4), np.ones((1, 1, 1, 1)), 0, 1, 0), r"1 to 3"),
+    (((5, 5), np.ones((3, 3)), 0, 1, 0, 9, 0, -1), r"smem_optin"),
 ])
 def test_bad_arguments(args, match):
     with pytest.raises(ValueError, match=match):

@@ -182,6 +182,7 @@ cs_engine_plan(cs_cuda_ctx *ctx, cs_apply_state *s, const ptrdiff_t shape[3],
     cs_caps caps;
     memset(&caps, 0, sizeof(caps));
     caps.cc_major = ctx->cc_major;
+    caps.smem_optin = (size_t)ctx->smem_optin;
     CS_TRY(env_max_depth(ctx, &caps.max_depth));
     const ptrdiff_t one[3] = {1, 1, 1};
     const int empty = shape[0] == 0 || shape[1] == 0 || shape[2] == 0;

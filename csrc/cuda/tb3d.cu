@@ -9,10 +9,12 @@
  * ("push": the plane's three in-plane filters, one per kernel plane, go
  * to the output planes that read it; a level keeps two partial planes in
  * registers).  The x neighbours come by warp shuffles, the rows above
- * and below through a shared plane per level (double-buffered: one
- * __syncthreads per level).  Each level is exact one cell further in, so
- * a tile stores its central (64 - 2T) x (32 - 2T) cells; a segment
- * starts T planes early.
+ * and below through shared planes.  A star's level output needs only
+ * the centre tap of the arriving plane, so all T levels of a plane pass
+ * one barrier (a shared plane per level, double-buffered); an outer
+ * product's levels take one barrier each (two shared planes in turn).
+ * Each level is exact one cell further in, so a tile stores its central
+ * (64 - 2T) x (32 - 2T) cells; a segment starts T planes early.
  *
  * Tap sets: a 7-point star (heat3d) and an outer product of three
  * vectors (box3d27p: one 3 x 3 in-plane filter a plane, scaled per
@@ -59,27 +61,35 @@ typedef struct tb3_params {
 
 /*
  * Where a thread's cells are and, in a tile at a side edge, how its
- * cells outside the grid are kept.  A thread holds rows y0, y0 + 1 and
- * columns x0, x0 + 1 of the tile.
+ * cells outside the grid are kept.  A thread holds rows y0 .. y0 +
+ * T3_CY - 1 and columns x0, x0 + 1 of the tile.  (256 threads of 4 rows
+ * each ran heat3d at 364 GStencils/s against 386 for 512 of 2 on the
+ * H100: half the warps, and 255 registers.)
  */
+#if T3_CY > 2
+typedef unsigned long long t3_rows;
+#else
+typedef unsigned t3_rows;
+#endif
 struct tb3_cells {
     ptrdiff_t oy, ox; /* grid coordinates of tile cell (0, 0) */
     int y0, x0;
     /* edge tiles only (packed: the registers are scarce) */
     ptrdiff_t row[T3_CY]; /* offset of the row each own row loads */
     ptrdiff_t col[T3_V];  /* the column each own column loads */
-    unsigned rows;        /* byte c: the shared-plane row read above own
+    t3_rows rows;         /* byte c: the shared-plane row read above own
                              row c; byte T3_CY + c: below it */
-    unsigned keep;        /* bits 0-3: cell (c, j) outside the grid (bit
-                             c * T3_V + j); bits 4-5: the own column at
-                             grid column -1 or nx plus one (0: none);
-                             bit 6: the column of the cell it maps to;
-                             bits 8-12: that cell's lane */
+    unsigned keep;        /* bit c * T3_V + j: cell (c, j) outside the
+                             grid; from T3_GHOST_SHIFT, 2 bits: the own
+                             column at grid column -1 or nx plus one (0:
+                             none); T3_SRC_J_BIT: the column of the cell
+                             it maps to; from T3_SRC_LANE_SHIFT, 5 bits:
+                             that cell's lane */
 };
 
-#define T3_GHOST_SHIFT 4
-#define T3_SRC_J_BIT (1u << 6)
-#define T3_SRC_LANE_SHIFT 8
+#define T3_GHOST_SHIFT (T3_CY * T3_V)
+#define T3_SRC_J_BIT (1u << (T3_GHOST_SHIFT + 2))
+#define T3_SRC_LANE_SHIFT (T3_GHOST_SHIFT + 3)
 /* The shared-plane row (tile row + 1) an own row at grid row `reader`
    reads for grid row g, its neighbour: nearest, reflect and mirror read
    the mapped row where g is outside the grid and the reader inside
@@ -119,8 +129,8 @@ edge_maps(const tb3_params &p, tb3_cells &cl)
         const ptrdiff_t gy = cl.oy + cl.y0 + c;
         const ptrdiff_t m = cs_extend_index(gy, p.ny, p.mode);
         cl.row[c] = (m < 0 ? 0 : m) * p.in_pitch;
-        cl.rows |= (unsigned)neighbour_row(p, cl, gy, gy - 1) << (8 * c);
-        cl.rows |= (unsigned)neighbour_row(p, cl, gy, gy + 1)
+        cl.rows |= (t3_rows)neighbour_row(p, cl, gy, gy - 1) << (8 * c);
+        cl.rows |= (t3_rows)neighbour_row(p, cl, gy, gy + 1)
                    << (8 * (T3_CY + c));
 #pragma unroll
         for (int j = 0; j < T3_V; j++) {
@@ -137,7 +147,8 @@ edge_maps(const tb3_params &p, tb3_cells &cl)
         cl.col[j] = m < 0 ? 0 : m;
         if ((gx == -1 || gx == p.nx) && mapped) {
             const int tx = (int)(m - cl.ox); /* 0 .. 2 columns inside */
-            cl.keep = (cl.keep & 0xffu) | ((unsigned)(j + 1) << T3_GHOST_SHIFT)
+            cl.keep = (cl.keep & ((1u << T3_SRC_LANE_SHIFT) - 1u))
+                      | ((unsigned)(j + 1) << T3_GHOST_SHIFT)
                       | (tx % T3_V != 0 ? T3_SRC_J_BIT : 0u)
                       | ((unsigned)(tx / T3_V) << T3_SRC_LANE_SHIFT);
         }
@@ -207,53 +218,41 @@ load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
     }
 }
 
-/*
- * One level: plane `rin` of level t - 1 arrives in a; on return a holds
- * output plane rin - 1 of level t, complete, and P the partial planes
- * rin and rin + 1 (each plane's three in-plane filters, one per kernel
- * plane, go to the output planes that read it).  The x neighbours come
- * by shuffles (the outer lanes' are the margin's, never stored), the
- * rows above and below from the shared plane, where every thread leaves
- * its own rows (an outer product: its rows filtered along x).  EDGE: the
- * tile's cells outside the grid are kept as edge_maps says, and in-grid
- * rows read the rows outside rows map to (cl.rows).  ZEDGE: rin may be
- * outside the grid or at a plane the z edges of nearest, reflect and
- * mirror touch (not wrap).  `buf` alternates the shared planes, one per
- * write.
- */
-template <int SHAPE, bool EDGE, bool ZEDGE>
+/* A plane beyond the top or bottom in constant mode: every cell cval. */
 static __device__ __forceinline__ void
-level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
-           double (&P)[2][T3_CY][T3_V], ptrdiff_t rin,
-           double2 (*S)[T3_TY + 2][T3_TX / 2], int &buf)
+fill_cval(const tb3_params &p, double (&a)[T3_CY][T3_V])
 {
-    if (ZEDGE && (rin < 0 || rin >= p.nz)) {
-        if (p.mode == CS_MODE_CONSTANT) {
 #pragma unroll
-            for (int c = 0; c < T3_CY; c++) {
+    for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
-                for (int j = 0; j < T3_V; j++) {
-                    a[c][j] = p.cval;
-                }
-            }
-        } else { /* adds nothing: the plane it maps to adds for it */
-#pragma unroll
-            for (int c = 0; c < T3_CY; c++) {
-#pragma unroll
-                for (int j = 0; j < T3_V; j++) {
-                    a[c][j] = P[0][c][j];
-                    P[0][c][j] = P[1][c][j];
-                    P[1][c][j] = 0.0;
-                }
-            }
-            if (EDGE) {
-                keep_outside(p, cl, a);
-            }
-            return;
+        for (int j = 0; j < T3_V; j++) {
+            a[c][j] = p.cval;
         }
     }
-    /* x: e[c][0] is column x0 - 1, e[c][1..2] the own, e[c][3] x0 + 2 */
-    double e[T3_CY][T3_V + 2];
+}
+
+/* A plane beyond the top or bottom that adds nothing: the level's output
+   is the partial plane P[0], and the partial planes move up one. */
+static __device__ __forceinline__ void
+pass_through(double (&a)[T3_CY][T3_V], double (&P)[2][T3_CY][T3_V])
+{
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            a[c][j] = P[0][c][j];
+            P[0][c][j] = P[1][c][j];
+            P[1][c][j] = 0.0;
+        }
+    }
+}
+
+/* e[c][0] is column x0 - 1 of own row c (the lane before's), e[c][1..2]
+   the own columns, e[c][3] column x0 + 2 (the lane after's); every lane
+   takes part in the shuffles. */
+static __device__ __forceinline__ void
+row_neighbours(const double (&a)[T3_CY][T3_V], double (&e)[T3_CY][T3_V + 2])
+{
 #pragma unroll
     for (int c = 0; c < T3_CY; c++) {
         e[c][0] = __shfl_up_sync(0xffffffffu, a[c][T3_V - 1], 1);
@@ -263,45 +262,92 @@ level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
             e[c][j + 1] = a[c][j];
         }
     }
-    /* what the rows above and below need of this row: the star its
-       values, an outer product its filter along x */
+}
+
+/* The thread's rows to the shared plane (row = tile row + 1). */
+static __device__ __forceinline__ void
+leave_rows(const tb3_cells &cl, double2 (*plane)[T3_TX / 2],
+           const double (&x)[T3_CY][T3_V])
+{
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+        plane[cl.y0 + c + 1][cl.x0 / T3_V] = make_double2(x[c][0], x[c][1]);
+    }
+}
+
+/* An edge tile's rows above and below each own row, from the shared
+   plane as cl.rows maps them. */
+static __device__ __forceinline__ void
+mapped_rows(const tb3_cells &cl, const double2 (*plane)[T3_TX / 2],
+            double (&above)[T3_CY][T3_V], double (&below)[T3_CY][T3_V])
+{
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+        const double2 u = plane[(cl.rows >> (8 * c)) & 0xffu][cl.x0 / T3_V];
+        const double2 d = plane[(cl.rows >> (8 * (T3_CY + c))) & 0xffu]
+                               [cl.x0 / T3_V];
+        above[c][0] = u.x;
+        above[c][1] = u.y;
+        below[c][0] = d.x;
+        below[c][1] = d.y;
+    }
+}
+
+/*
+ * The outer product's level: plane `rin` of level t - 1 arrives in a; on
+ * return a holds output plane rin - 1 of level t, complete, and P the
+ * partial planes rin and rin + 1 (each plane's in-plane filter, scaled
+ * per kernel plane, goes to the output planes that read it).  The x
+ * neighbours come by shuffles (the outer lanes' are the margin's, never
+ * stored), the rows above and below, filtered along x, from the shared
+ * plane, where every thread leaves its own.  A level's output needs the
+ * rows above and below, so each level waits at its own barrier.  EDGE:
+ * the tile's cells outside the grid are kept as edge_maps says, and
+ * in-grid rows read the rows outside rows map to (cl.rows).  ZEDGE: rin
+ * may be outside the grid or at a plane the z edges of nearest, reflect
+ * and mirror touch (not wrap).  `buf` alternates the two shared planes,
+ * one per write.
+ */
+template <bool EDGE, bool ZEDGE>
+static __device__ __forceinline__ void
+outer_level(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
+            double (&P)[2][T3_CY][T3_V], ptrdiff_t rin,
+            double2 (*S)[T3_TY + 2][T3_TX / 2], int &buf)
+{
+    if (ZEDGE && (rin < 0 || rin >= p.nz)) {
+        if (p.mode == CS_MODE_CONSTANT) {
+            fill_cval(p, a);
+        } else { /* adds nothing: the plane it maps to adds for it */
+            pass_through(a, P);
+            if (EDGE) {
+                keep_outside(p, cl, a);
+            }
+            return;
+        }
+    }
+    double e[T3_CY][T3_V + 2];
+    row_neighbours(a, e);
+    /* the rows filtered along x, for the rows above and below */
     double x[T3_CY][T3_V];
 #pragma unroll
     for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
         for (int j = 0; j < T3_V; j++) {
-            if (SHAPE == T3_STAR) {
-                x[c][j] = a[c][j];
-            } else {
-                double h = p.cx[0] * e[c][j];
-                h = fma(p.cx[1], e[c][j + 1], h);
-                x[c][j] = fma(p.cx[2], e[c][j + 2], h);
-            }
+            double h = p.cx[0] * e[c][j];
+            h = fma(p.cx[1], e[c][j + 1], h);
+            x[c][j] = fma(p.cx[2], e[c][j + 2], h);
         }
     }
     double2 (*plane)[T3_TX / 2] = S[buf];
     buf ^= 1;
-    const int col = cl.x0 / T3_V;
-#pragma unroll
-    for (int c = 0; c < T3_CY; c++) {
-        plane[cl.y0 + c + 1][col] = make_double2(x[c][0], x[c][1]);
-    }
+    leave_rows(cl, plane, x);
     __syncthreads();
     double above[T3_CY][T3_V], below[T3_CY][T3_V];
     if (EDGE) {
-#pragma unroll
-        for (int c = 0; c < T3_CY; c++) {
-            const double2 u = plane[(cl.rows >> (8 * c)) & 0xffu][col];
-            const double2 d = plane[(cl.rows >> (8 * (T3_CY + c))) & 0xffu]
-                                   [col];
-            above[c][0] = u.x;
-            above[c][1] = u.y;
-            below[c][0] = d.x;
-            below[c][1] = d.y;
-        }
+        mapped_rows(cl, plane, above, below);
     } else {
-        const double2 u = plane[cl.y0][col];
-        const double2 d = plane[cl.y0 + T3_CY + 1][col];
+        const double2 u = plane[cl.y0][cl.x0 / T3_V];
+        const double2 d = plane[cl.y0 + T3_CY + 1][cl.x0 / T3_V];
 #pragma unroll
         for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
@@ -322,45 +368,175 @@ level_step(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
     for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
         for (int j = 0; j < T3_V; j++) {
-            double fk[3];
-            if (SHAPE == T3_STAR) {
-                const double v = a[c][j];
-                fk[0] = p.w[4] * v;
-                fk[2] = p.w[22] * v;
-                double s = p.w[13] * v;
-                s = fma(p.w[12], e[c][j], s);
-                s = fma(p.w[14], e[c][j + 2], s);
-                s = fma(p.w[10], above[c][j], s);
-                fk[1] = fma(p.w[16], below[c][j], s);
-            } else {
-                double h = p.cy[0] * above[c][j];
-                h = fma(p.cy[1], x[c][j], h);
-                h = fma(p.cy[2], below[c][j], h);
-                fk[0] = p.cz[0] * h;
-                fk[1] = p.cz[1] * h;
-                fk[2] = p.cz[2] * h;
-            }
-            a[c][j] = fk[2] + P[0][c][j];
-            P[0][c][j] = fk[1] + P[1][c][j];
-            P[1][c][j] = fk[0];
+            double h = p.cy[0] * above[c][j];
+            h = fma(p.cy[1], x[c][j], h);
+            h = fma(p.cy[2], below[c][j], h);
+            const double fk0 = p.cz[0] * h, fk1 = p.cz[1] * h,
+                         fk2 = p.cz[2] * h;
+            a[c][j] = fk2 + P[0][c][j];
+            P[0][c][j] = fk1 + P[1][c][j];
+            P[1][c][j] = fk0;
             if (top) { /* plane -1, read with kernel plane 0 by plane 0 */
                 if (f == 0) {
-                    P[0][c][j] += fk[0];
+                    P[0][c][j] += fk0;
                 } else {
-                    a[c][j] += fk[0];
+                    a[c][j] += fk0;
                 }
             }
             if (bottom) { /* plane nz, read with kernel plane 2 by nz - 1 */
                 if (f == 0) {
-                    P[0][c][j] += fk[2];
+                    P[0][c][j] += fk2;
                 } else {
-                    P[1][c][j] += fk[2];
+                    P[1][c][j] += fk2;
                 }
             }
         }
     }
     if (EDGE) {
         keep_outside(p, cl, a);
+    }
+}
+
+/*
+ * The star's level, in two halves around one barrier that serves every
+ * level of a plane.  Its output plane rin - 1 needs only the centre tap
+ * of plane rin (a[c][j] = w22 v + P0), so it is complete before the
+ * barrier, and the next level starts on it at once; only the partial
+ * plane rin's in-plane filter waits for the rows above and below.
+ *
+ * Before: plane `rin` of level t - 1 arrives in a; a becomes output
+ * plane rin - 1, P[1] partial plane rin + 1, and P[0] partial plane rin
+ * but for the rows that come through the shared plane `plane`, where
+ * every thread leaves its own rows.  Returns false where rin is a plane
+ * beyond the top or bottom that adds nothing (its P[0] is then
+ * complete).  EDGE, ZEDGE: as in outer_level.
+ */
+template <bool EDGE, bool ZEDGE>
+static __device__ __forceinline__ bool
+star_level_before(const tb3_params &p, const tb3_cells &cl,
+                  double (&a)[T3_CY][T3_V], double (&P)[2][T3_CY][T3_V],
+                  ptrdiff_t rin, double2 (*plane)[T3_TX / 2])
+{
+    if (ZEDGE && (rin < 0 || rin >= p.nz)) {
+        if (p.mode == CS_MODE_CONSTANT) {
+            fill_cval(p, a);
+        } else { /* adds nothing: the plane it maps to adds for it */
+            pass_through(a, P);
+            if (EDGE) {
+                keep_outside(p, cl, a);
+            }
+            return false;
+        }
+    }
+    double e[T3_CY][T3_V + 2];
+    row_neighbours(a, e);
+    leave_rows(cl, plane, a);
+    const int f = p.mode == CS_MODE_MIRROR ? 1 : 0; /* as in outer_level */
+    const bool top = ZEDGE && p.mode != CS_MODE_CONSTANT && rin == f;
+    const bool bottom = ZEDGE && p.mode != CS_MODE_CONSTANT
+                        && rin == p.nz - 1 - f;
+    double out[T3_CY][T3_V];
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            const double v = a[c][j];
+            double s = fma(p.w[13], v, P[1][c][j]);
+            s = fma(p.w[12], e[c][j], s);
+            s = fma(p.w[14], e[c][j + 2], s);
+            if (!EDGE && c > 0) { /* the thread's own rows */
+                s = fma(p.w[10], a[c - 1][j], s);
+            }
+            if (!EDGE && c + 1 < T3_CY) {
+                s = fma(p.w[16], a[c + 1][j], s);
+            }
+            double o = fma(p.w[22], v, P[0][c][j]);
+            double next = p.w[4] * v;
+            if (top) { /* plane -1, read with kernel plane 0 by plane 0 */
+                if (f == 0) {
+                    s = fma(p.w[4], v, s);
+                } else {
+                    o = fma(p.w[4], v, o);
+                }
+            }
+            if (bottom) { /* plane nz, read with kernel plane 2 by nz - 1 */
+                if (f == 0) {
+                    s = fma(p.w[22], v, s);
+                } else {
+                    next = fma(p.w[22], v, next);
+                }
+            }
+            out[c][j] = o;
+            P[0][c][j] = s;
+            P[1][c][j] = next;
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+        for (int j = 0; j < T3_V; j++) {
+            a[c][j] = out[c][j];
+        }
+    }
+    if (EDGE) {
+        keep_outside(p, cl, a);
+    }
+    return true;
+}
+
+/* After the barrier: P[0] takes the rows above and below from the
+   shared plane (interior tiles: the row above the thread's first row
+   and below its last; edge tiles: every row's, as cl.rows maps them). */
+template <bool EDGE>
+static __device__ __forceinline__ void
+star_level_after(const tb3_params &p, const tb3_cells &cl,
+                 double (&P0)[T3_CY][T3_V],
+                 const double2 (*plane)[T3_TX / 2])
+{
+    if (EDGE) {
+        double above[T3_CY][T3_V], below[T3_CY][T3_V];
+        mapped_rows(cl, plane, above, below);
+#pragma unroll
+        for (int c = 0; c < T3_CY; c++) {
+#pragma unroll
+            for (int j = 0; j < T3_V; j++) {
+                P0[c][j] = fma(p.w[16], below[c][j],
+                               fma(p.w[10], above[c][j], P0[c][j]));
+            }
+        }
+    } else {
+        const double2 u = plane[cl.y0][cl.x0 / T3_V];
+        const double2 d = plane[cl.y0 + T3_CY + 1][cl.x0 / T3_V];
+        P0[0][0] = fma(p.w[10], u.x, P0[0][0]);
+        P0[0][1] = fma(p.w[10], u.y, P0[0][1]);
+        P0[T3_CY - 1][0] = fma(p.w[16], d.x, P0[T3_CY - 1][0]);
+        P0[T3_CY - 1][1] = fma(p.w[16], d.y, P0[T3_CY - 1][1]);
+    }
+}
+
+/* A star's plane r through all T levels with one barrier: the shared
+   planes S[buf * T + t], double-buffered so that a plane's writes never
+   meet the previous plane's reads. */
+template <int T, bool EDGE, bool ZEDGE>
+static __device__ __forceinline__ void
+star_plane(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
+           double (&P)[T][2][T3_CY][T3_V], ptrdiff_t r,
+           double2 (*S)[T3_TY + 2][T3_TX / 2], int &buf)
+{
+    double2 (*planes)[T3_TY + 2][T3_TX / 2] = S + buf * T;
+    buf ^= 1;
+    bool adds[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        adds[t] = star_level_before<EDGE, ZEDGE>(p, cl, a, P[t], r - t,
+                                                 planes[t]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        if (adds[t]) {
+            star_level_after<EDGE>(p, cl, P[t][0], planes[t]);
+        }
     }
 }
 
@@ -372,6 +548,19 @@ exponent_bits(double v)
 {
     return (unsigned)__double2hiint(v) & T3_NONFINITE;
 }
+
+/* The shared planes a block holds: the star's T levels share a barrier,
+   so each level has its own pair; the outer product's levels take
+   turns on one pair (cs_tb3d_smem_bytes, which the plan's depth
+   honours, counts the same). */
+static __host__ __device__ constexpr int
+tb3_shared_planes(int T, int SHAPE)
+{
+    return SHAPE == T3_STAR ? 2 * T : 2;
+}
+#define T3_PLANE_DOUBLES ((T3_TY + 2) * T3_TX)
+static_assert(T3_TY == CS_TB3D_TILE_ROWS && T3_TX == CS_TB3D_TILE_COLS,
+              "plan.h's tb3d tile");
 
 /* What a block carries down its stream. */
 template <int T>
@@ -422,10 +611,14 @@ stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
         if (r + 1 <= last) {
             load_plane<EDGE>(p, cl, st.in_off, r + 1, st.next);
         }
+        if constexpr (SHAPE == T3_STAR) {
+            star_plane<T, EDGE, ZEDGE>(p, cl, a, st.P, r, S, st.buf);
+        } else {
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            level_step<SHAPE, EDGE, ZEDGE>(p, cl, a, st.P[t], r - t, S,
-                                           st.buf);
+            for (int t = 0; t < T; t++) {
+                outer_level<EDGE, ZEDGE>(p, cl, a, st.P[t], r - t, S,
+                                         st.buf);
+            }
         }
         const ptrdiff_t zo = r - T;
         if (zo < z0 || zo >= z1) {
@@ -519,11 +712,13 @@ tb3d_kernel(const tb3_params p)
 {
     constexpr int M = T;
     constexpr int OWNX = T3_TX - 2 * M, OWNY = T3_TY - 2 * M;
-    __shared__ double2 S[2][T3_TY + 2][T3_TX / 2];
-    for (int i = threadIdx.x; i < 2 * (T3_TY + 2) * (T3_TX / 2);
-         i += T3_THREADS) {
+    extern __shared__ double smem[]; /* tb3_shared_planes(T, SHAPE) */
+    double2 (*S)[T3_TY + 2][T3_TX / 2] =
+        reinterpret_cast<double2 (*)[T3_TY + 2][T3_TX / 2]>(smem);
+    constexpr int doubles = T3_PLANE_DOUBLES * tb3_shared_planes(T, SHAPE);
+    for (int i = threadIdx.x; i < doubles; i += T3_THREADS) {
         /* the border rows: read by the margin, never stored */
-        (&S[0][0][0])[i] = make_double2(0.0, 0.0);
+        smem[i] = 0.0;
     }
     __syncthreads();
     const ptrdiff_t tiles = p.tiles_x * p.tiles_y;
@@ -561,11 +756,23 @@ static cs_status
 tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
 {
     constexpr int M = T;
+    const size_t smem = cs_tb3d_smem_bytes(SHAPE, T);
+    if (smem > (size_t)ctx->smem_optin) { /* the plan's depth fits */
+        cs_cuda_message(ctx, "tb3d: depth %d takes %zu bytes of shared "
+                             "memory, the device %d", T, smem,
+                        ctx->smem_optin);
+        return CS_ERR_UNSUPPORTED;
+    }
+    CS_CUDA_CHECK(ctx,
+                  cudaFuncSetAttribute(tb3d_kernel<T, SHAPE, FLAGS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem),
+                  "cudaFuncSetAttribute (tb3d shared memory)");
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                       &per_sm, tb3d_kernel<T, SHAPE, FLAGS>, T3_THREADS,
-                      0),
+                      smem),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor (tb3d)");
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1);
     p->tiles_x = CEIL_DIV(p->nx, (ptrdiff_t)(T3_TX - 2 * M));
@@ -581,7 +788,7 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
         return CS_ERR_INVALID;
     }
     const unsigned blocks = (unsigned)items;
-    tb3d_kernel<T, SHAPE, FLAGS><<<blocks, T3_THREADS, 0, ctx->stream>>>(*p);
+    tb3d_kernel<T, SHAPE, FLAGS><<<blocks, T3_THREADS, smem, ctx->stream>>>(*p);
     return cs_cuda_check_launch(ctx, "tb3d kernel");
 }
 

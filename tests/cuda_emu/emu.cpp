@@ -237,7 +237,9 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
         const char *s = getenv("EMU_SMS");
         *v = s ? atoi(s) : 132;
     } else if (a == cudaDevAttrMaxSharedMemoryPerBlockOptin) {
-        *v = 232448;
+        // EMU_SMEM_OPTIN: a device with less shared memory per block
+        const char *s = getenv("EMU_SMEM_OPTIN");
+        *v = s ? atoi(s) : 232448;
     } else {
         return last_error = cudaErrorInvalidValue;
     }
