@@ -313,15 +313,14 @@ TB3D_TILE = (32, 64)
 TB3D_BLOCKS_PER_SM = 1
 TB3D_MAX_SEGMENTS = 1024
 # The stream is bound by instruction issue and latency (Nsight Compute,
-# h100_ncu_tb3d.txt: 16 warps an SM, one barrier a level): per cell and
-# level TB3D_ISSUE_OPS operations (the multiply-adds, shuffles, the
-# shared plane's stores and loads, the barrier's wait), at
-# TB3D_FP64_FRACTION of the FP64 peak in those units.  The same for a
-# star and an outer product: their warps execute about as many
-# instructions (445 and 431 million a 3-step pass at 512^3, the same
-# file) and run at the same rate.  Fitted to h100_3d_tb3d_depth.md
-# (512^3, depth 3: heat3d 355.7, box3d27p 359.4).
-TB3D_ISSUE_OPS = 14.0
+# h100_ncu_tb3d.txt: 16 warps an SM): per cell and level
+# TB3D_ISSUE_OPS operations (the multiply-adds, shuffles, the shared
+# plane's stores and loads, the barrier's wait), at TB3D_FP64_FRACTION
+# of the FP64 peak in those units.  A star's levels share one barrier a
+# plane, an outer product's take one each: the star's operations are
+# fewer.  Fitted to h100_3d_tb3d_depth.md (512^3, depth 3: heat3d 387.3,
+# box3d27p 362.1; depths 1 and 2 are memory-bound).
+TB3D_ISSUE_OPS = {"star": 12.9, "outer": 13.8}
 TB3D_FP64_FRACTION = 0.5
 
 
@@ -345,7 +344,8 @@ def _tb3d_pass(w, shape, depth, rates):
     useful = 2.0 * taps * depth
     executed = 2.0 * macs * depth * redundancy
     bytes_ = 8.0 * (redundancy + 1.0)
-    issue = 2.0 * TB3D_ISSUE_OPS * depth * redundancy * idle
+    ops = TB3D_ISSUE_OPS["star" if taps == 7 else "outer"]
+    issue = 2.0 * ops * depth * redundancy * idle
     return _blocked_pass("tb3d", depth, npts, bytes_, useful, executed,
                          issue, TB3D_FP64_FRACTION, rates)
 
