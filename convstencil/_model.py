@@ -28,7 +28,7 @@ from . import _core
 
 H100 = {
     # copy bandwidth, read + write: benchmarks/results/h100_2d.md (2999),
-    # h100_1d.md (3006), h100_3d.md (2986 GB/s)
+    # h100_1d.md (3006), h100_3d.md (3013 GB/s)
     "bandwidth": 3.0e12,
     # FP64 peaks of the H100 SXM datasheet: tensor cores, CUDA cores
     "tensor_flops": 67e12,

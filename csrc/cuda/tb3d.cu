@@ -63,8 +63,8 @@ typedef struct tb3_params {
  * Where a thread's cells are and, in a tile at a side edge, how its
  * cells outside the grid are kept.  A thread holds rows y0 .. y0 +
  * T3_CY - 1 and columns x0, x0 + 1 of the tile.  (256 threads of 4 rows
- * each ran heat3d at 364 GStencils/s against 386 for 512 of 2 on the
- * H100: half the warps, and 255 registers.)
+ * each, a variant not kept, ran heat3d slower than 512 of 2: half the
+ * warps, and 255 registers.)
  */
 #if T3_CY > 2
 typedef unsigned long long t3_rows;
