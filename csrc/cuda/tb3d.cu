@@ -87,6 +87,13 @@ struct tb3_cells {
                              that cell's lane */
 };
 
+/* A tile's kind: inside the grid; at a side edge, its rows reading the
+   rows beside them (constant and wrap, whose outside rows hold their
+   values, or a tile whose rows all lie in the grid); at a side edge,
+   its in-grid rows reading the rows that outside rows map to
+   (cl.rows). */
+enum { T3_INSIDE = 0, T3_EDGE = 1, T3_EDGE_ROWS = 2 };
+
 #define T3_GHOST_SHIFT (T3_CY * T3_V)
 #define T3_SRC_J_BIT (1u << (T3_GHOST_SHIFT + 2))
 #define T3_SRC_LANE_SHIFT (T3_GHOST_SHIFT + 3)
@@ -187,7 +194,7 @@ keep_outside(const tb3_params &p, const tb3_cells &cl,
    offset in a plane; edge tiles: as edge_maps says); a plane beyond the
    top or bottom: wrap's periodic plane, otherwise any (the step replaces
    it). */
-template <bool EDGE>
+template <int EDGE>
 static __device__ __forceinline__ void
 load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
            ptrdiff_t r, double (&v)[T3_CY][T3_V])
@@ -198,7 +205,7 @@ load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
                                    : (r < 0 ? 0 : p.nz - 1);
     }
     const double *plane = p.in + z * p.in_plane;
-    if constexpr (!EDGE) {
+    if constexpr (EDGE == T3_INSIDE) {
         const double *src = plane + in_off;
 #pragma unroll
         for (int c = 0; c < T3_CY; c++) {
@@ -301,14 +308,15 @@ mapped_rows(const tb3_cells &cl, const double2 (*plane)[T3_TX / 2],
  * neighbours come by shuffles (the outer lanes' are the margin's, never
  * stored), the rows above and below, filtered along x, from the shared
  * plane, where every thread leaves its own.  A level's output needs the
- * rows above and below, so each level waits at its own barrier.  EDGE:
- * the tile's cells outside the grid are kept as edge_maps says, and
- * in-grid rows read the rows outside rows map to (cl.rows).  ZEDGE: rin
+ * rows above and below, so each level waits at its own barrier.  EDGE
+ * (the tile's kind): at a side edge the tile's cells outside the grid
+ * are kept as edge_maps says, and with T3_EDGE_ROWS in-grid rows read
+ * the rows outside rows map to (cl.rows).  ZEDGE: rin
  * may be outside the grid or at a plane the z edges of nearest, reflect
  * and mirror touch (not wrap).  `buf` alternates the two shared planes,
  * one per write.
  */
-template <bool EDGE, bool ZEDGE>
+template <int EDGE, bool ZEDGE>
 static __device__ __forceinline__ void
 outer_level(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
             double (&P)[2][T3_CY][T3_V], ptrdiff_t rin,
@@ -319,7 +327,7 @@ outer_level(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
             fill_cval(p, a);
         } else { /* adds nothing: the plane it maps to adds for it */
             pass_through(a, P);
-            if (EDGE) {
+            if (EDGE != T3_INSIDE) {
                 keep_outside(p, cl, a);
             }
             return;
@@ -343,7 +351,7 @@ outer_level(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
     leave_rows(cl, plane, x);
     __syncthreads();
     double above[T3_CY][T3_V], below[T3_CY][T3_V];
-    if (EDGE) {
+    if (EDGE == T3_EDGE_ROWS) {
         mapped_rows(cl, plane, above, below);
     } else {
         const double2 u = plane[cl.y0][cl.x0 / T3_V];
@@ -392,7 +400,7 @@ outer_level(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
             }
         }
     }
-    if (EDGE) {
+    if (EDGE != T3_INSIDE) {
         keep_outside(p, cl, a);
     }
 }
@@ -411,7 +419,7 @@ outer_level(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
  * beyond the top or bottom that adds nothing (its P[0] is then
  * complete).  EDGE, ZEDGE: as in outer_level.
  */
-template <bool EDGE, bool ZEDGE>
+template <int EDGE, bool ZEDGE>
 static __device__ __forceinline__ bool
 star_level_before(const tb3_params &p, const tb3_cells &cl,
                   double (&a)[T3_CY][T3_V], double (&P)[2][T3_CY][T3_V],
@@ -422,7 +430,7 @@ star_level_before(const tb3_params &p, const tb3_cells &cl,
             fill_cval(p, a);
         } else { /* adds nothing: the plane it maps to adds for it */
             pass_through(a, P);
-            if (EDGE) {
+            if (EDGE != T3_INSIDE) {
                 keep_outside(p, cl, a);
             }
             return false;
@@ -444,10 +452,10 @@ star_level_before(const tb3_params &p, const tb3_cells &cl,
             double s = fma(p.w[13], v, P[1][c][j]);
             s = fma(p.w[12], e[c][j], s);
             s = fma(p.w[14], e[c][j + 2], s);
-            if (!EDGE && c > 0) { /* the thread's own rows */
+            if (EDGE != T3_EDGE_ROWS && c > 0) { /* the thread's own rows */
                 s = fma(p.w[10], a[c - 1][j], s);
             }
-            if (!EDGE && c + 1 < T3_CY) {
+            if (EDGE != T3_EDGE_ROWS && c + 1 < T3_CY) {
                 s = fma(p.w[16], a[c + 1][j], s);
             }
             double o = fma(p.w[22], v, P[0][c][j]);
@@ -478,22 +486,22 @@ star_level_before(const tb3_params &p, const tb3_cells &cl,
             a[c][j] = out[c][j];
         }
     }
-    if (EDGE) {
+    if (EDGE != T3_INSIDE) {
         keep_outside(p, cl, a);
     }
     return true;
 }
 
 /* After the barrier: P[0] takes the rows above and below from the
-   shared plane (interior tiles: the row above the thread's first row
-   and below its last; edge tiles: every row's, as cl.rows maps them). */
-template <bool EDGE>
+   shared plane (the row above the thread's first row and below its
+   last; T3_EDGE_ROWS: every row's, as cl.rows maps them). */
+template <int EDGE>
 static __device__ __forceinline__ void
 star_level_after(const tb3_params &p, const tb3_cells &cl,
                  double (&P0)[T3_CY][T3_V],
                  const double2 (*plane)[T3_TX / 2])
 {
-    if (EDGE) {
+    if (EDGE == T3_EDGE_ROWS) {
         double above[T3_CY][T3_V], below[T3_CY][T3_V];
         mapped_rows(cl, plane, above, below);
 #pragma unroll
@@ -517,7 +525,7 @@ star_level_after(const tb3_params &p, const tb3_cells &cl,
 /* A star's plane r through all T levels with one barrier: the shared
    planes S[buf * T + t], double-buffered so that a plane's writes never
    meet the previous plane's reads. */
-template <int T, bool EDGE, bool ZEDGE>
+template <int T, int EDGE, bool ZEDGE>
 static __device__ __forceinline__ void
 star_plane(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
            double (&P)[T][2][T3_CY][T3_V], ptrdiff_t r,
@@ -577,7 +585,7 @@ struct tb3_stream {
 /* Planes r0 .. r1 - 1 of level 0 (of a stream ending at `last`): each
    arriving plane cascades through the T levels, and output plane r - T,
    if in z0 .. z1 - 1, is stored. */
-template <int T, int SHAPE, bool FLAGS, bool EDGE, bool ZEDGE>
+template <int T, int SHAPE, bool FLAGS, int EDGE, bool ZEDGE>
 static __device__ __forceinline__ void
 stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
               ptrdiff_t r0, ptrdiff_t r1, ptrdiff_t last, ptrdiff_t z0,
@@ -596,7 +604,7 @@ stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
            used, not where its load is issued: a select on the loaded
            values there waited for the load (Nsight Compute's source
            counters: 10% of the stall samples at 512^3) */
-        if (EDGE && p.mode == CS_MODE_CONSTANT) {
+        if (EDGE != T3_INSIDE && p.mode == CS_MODE_CONSTANT) {
             keep_outside(p, cl, a);
         }
 #pragma unroll
@@ -642,9 +650,9 @@ stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
 
 /* A block's whole stream: planes z0 - T .. z1 - 1 + T of level 0; it
    stores the tile's central (T3_TX - 2T) x (T3_TY - 2T) cells of planes
-   z0 .. z1 - 1 (EDGE: those inside the grid).  Only the planes near the
+   z0 .. z1 - 1 (at a side edge: those inside the grid).  Only the planes near the
    top and bottom take the z edge tests. */
-template <int T, int SHAPE, bool FLAGS, bool EDGE>
+template <int T, int SHAPE, bool FLAGS, int EDGE>
 static __device__ __forceinline__ void
 stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
             ptrdiff_t z1, double2 (*S)[T3_TY + 2][T3_TX / 2], unsigned &bad)
@@ -732,12 +740,27 @@ tb3d_kernel(const tb3_params p)
     const ptrdiff_t z0 = seg * p.seg_planes;
     const ptrdiff_t z1 = z0 + p.seg_planes < p.nz ? z0 + p.seg_planes : p.nz;
     unsigned bad = 0;
-    if (cl.ox >= 0 && cl.ox + T3_TX <= p.nx && cl.oy >= 0
-        && cl.oy + T3_TY <= p.ny) {
-        stream_tile<T, SHAPE, FLAGS, false>(p, cl, z0, z1, S, bad);
+    const bool rows_inside = cl.oy >= 0 && cl.oy + T3_TY <= p.ny;
+    if (rows_inside && cl.ox >= 0 && cl.ox + T3_TX <= p.nx) {
+        stream_tile<T, SHAPE, FLAGS, T3_INSIDE>(p, cl, z0, z1, S, bad);
     } else {
         edge_maps(p, cl);
-        stream_tile<T, SHAPE, FLAGS, true>(p, cl, z0, z1, S, bad);
+        const bool plain_rows = rows_inside || p.mode == CS_MODE_CONSTANT
+                                || p.mode == CS_MODE_WRAP;
+        /* the outer product keeps one edge variant: with a second its
+           plane loops spilled, and box3d27p ran slower */
+        if constexpr (SHAPE == T3_STAR) {
+            if (plain_rows) {
+                stream_tile<T, SHAPE, FLAGS, T3_EDGE>(p, cl, z0, z1, S,
+                                                      bad);
+            } else {
+                stream_tile<T, SHAPE, FLAGS, T3_EDGE_ROWS>(p, cl, z0, z1,
+                                                          S, bad);
+            }
+        } else {
+            stream_tile<T, SHAPE, FLAGS, T3_EDGE_ROWS>(p, cl, z0, z1, S,
+                                                      bad);
+        }
     }
     if ((bad & 1u) && p.in_flag != nullptr) {
         *p.in_flag = 1;
