@@ -28,7 +28,7 @@ from . import _core
 
 H100 = {
     # copy bandwidth, read + write: benchmarks/results/h100_2d.md (2999),
-    # h100_1d.md (3006), h100_3d.md (3013 GB/s)
+    # h100_1d.md (3006), h100_3d.md (3006 GB/s)
     "bandwidth": 3.0e12,
     # FP64 peaks of the H100 SXM datasheet: tensor cores, CUDA cores
     "tensor_flops": 67e12,
@@ -318,9 +318,9 @@ TB3D_MAX_SEGMENTS = 1024
 # plane's stores and loads, the barrier's wait), at TB3D_FP64_FRACTION
 # of the FP64 peak in those units.  A star's levels share one barrier a
 # plane, an outer product's take one each: the star's operations are
-# fewer.  Fitted to h100_3d_tb3d_depth.md (512^3, depth 3: heat3d 387.3,
-# box3d27p 362.1; depths 1 and 2 are memory-bound).
-TB3D_ISSUE_OPS = {"star": 12.9, "outer": 13.8}
+# fewer.  Fitted to h100_3d_tb3d_depth.md (512^3, depth 3: heat3d 398.8,
+# box3d27p 361.3; depths 1 and 2 are memory-bound).
+TB3D_ISSUE_OPS = {"star": 12.6, "outer": 13.8}
 TB3D_FP64_FRACTION = 0.5
 
 
