@@ -254,6 +254,26 @@ pass_through(double (&a)[T3_CY][T3_V], double (&P)[2][T3_CY][T3_V])
     }
 }
 
+/* Plane rin beyond the top or bottom (not wrap): constant's is cval
+   and the level steps on it (false); in the other modes it adds
+   nothing, since the plane it maps to adds for it, and the level's
+   output is ready (true). */
+template <int EDGE>
+static __device__ __forceinline__ bool
+beyond_z_edge(const tb3_params &p, const tb3_cells &cl,
+              double (&a)[T3_CY][T3_V], double (&P)[2][T3_CY][T3_V])
+{
+    if (p.mode == CS_MODE_CONSTANT) {
+        fill_cval(p, a);
+        return false;
+    }
+    pass_through(a, P);
+    if (EDGE != T3_INSIDE) {
+        keep_outside(p, cl, a);
+    }
+    return true;
+}
+
 /* e[c][0] is column x0 - 1 of own row c (the lane before's), e[c][1..2]
    the own columns, e[c][3] column x0 + 2 (the lane after's); every lane
    takes part in the shuffles. */
@@ -322,16 +342,9 @@ outer_level(const tb3_params &p, const tb3_cells &cl, double (&a)[T3_CY][T3_V],
             double (&P)[2][T3_CY][T3_V], ptrdiff_t rin,
             double2 (*S)[T3_TY + 2][T3_TX / 2], int &buf)
 {
-    if (ZEDGE && (rin < 0 || rin >= p.nz)) {
-        if (p.mode == CS_MODE_CONSTANT) {
-            fill_cval(p, a);
-        } else { /* adds nothing: the plane it maps to adds for it */
-            pass_through(a, P);
-            if (EDGE != T3_INSIDE) {
-                keep_outside(p, cl, a);
-            }
-            return;
-        }
+    if (ZEDGE && (rin < 0 || rin >= p.nz)
+        && beyond_z_edge<EDGE>(p, cl, a, P)) {
+        return;
     }
     double e[T3_CY][T3_V + 2];
     row_neighbours(a, e);
@@ -425,16 +438,9 @@ star_level_before(const tb3_params &p, const tb3_cells &cl,
                   double (&a)[T3_CY][T3_V], double (&P)[2][T3_CY][T3_V],
                   ptrdiff_t rin, double2 (*plane)[T3_TX / 2])
 {
-    if (ZEDGE && (rin < 0 || rin >= p.nz)) {
-        if (p.mode == CS_MODE_CONSTANT) {
-            fill_cval(p, a);
-        } else { /* adds nothing: the plane it maps to adds for it */
-            pass_through(a, P);
-            if (EDGE != T3_INSIDE) {
-                keep_outside(p, cl, a);
-            }
-            return false;
-        }
+    if (ZEDGE && (rin < 0 || rin >= p.nz)
+        && beyond_z_edge<EDGE>(p, cl, a, P)) {
+        return false;
     }
     double e[T3_CY][T3_V + 2];
     row_neighbours(a, e);
@@ -650,8 +656,8 @@ stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
 
 /* A block's whole stream: planes z0 - T .. z1 - 1 + T of level 0; it
    stores the tile's central (T3_TX - 2T) x (T3_TY - 2T) cells of planes
-   z0 .. z1 - 1 (at a side edge: those inside the grid).  Only the planes near the
-   top and bottom take the z edge tests. */
+   z0 .. z1 - 1 (at a side edge: those inside the grid).  Only the
+   planes near the top and bottom take the z edge tests. */
 template <int T, int SHAPE, bool FLAGS, int EDGE>
 static __device__ __forceinline__ void
 stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
