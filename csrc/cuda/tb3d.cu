@@ -51,6 +51,7 @@ typedef struct tb3_params {
     ptrdiff_t nz, ny, nx;
     ptrdiff_t lim_y, lim_x; /* unused: cs_params_grids fills them */
     ptrdiff_t tiles_x, tiles_y, seg_planes;
+    int shared_doubles; /* the block's shared planes (cs_tb3d_smem_bytes) */
     cs_mode mode;
     double cval;
     double w[27];           /* the star's weights */
@@ -62,9 +63,7 @@ typedef struct tb3_params {
 /*
  * Where a thread's cells are and, in a tile at a side edge, how its
  * cells outside the grid are kept.  A thread holds rows y0 .. y0 +
- * T3_CY - 1 and columns x0, x0 + 1 of the tile.  (256 threads of 4 rows
- * each, a variant not kept, ran heat3d slower than 512 of 2: half the
- * warps, and 255 registers.)
+ * T3_CY - 1 and columns x0, x0 + 1 of the tile.
  */
 #if T3_CY > 2
 typedef unsigned long long t3_rows;
@@ -563,16 +562,10 @@ exponent_bits(double v)
     return (unsigned)__double2hiint(v) & T3_NONFINITE;
 }
 
-/* The shared planes a block holds: the star's T levels share a barrier,
+/* The shared planes a block holds, as cs_tb3d_smem_bytes counts them
+   (the plan's depth honours it): the star's T levels share a barrier,
    so each level has its own pair; the outer product's levels take
-   turns on one pair (cs_tb3d_smem_bytes, which the plan's depth
-   honours, counts the same). */
-static __host__ __device__ constexpr int
-tb3_shared_planes(int T, int SHAPE)
-{
-    return SHAPE == T3_STAR ? 2 * T : 2;
-}
-#define T3_PLANE_DOUBLES ((T3_TY + 2) * T3_TX)
+   turns on one pair. */
 static_assert(T3_TY == CS_TB3D_TILE_ROWS && T3_TX == CS_TB3D_TILE_COLS,
               "plan.h's tb3d tile");
 
@@ -726,11 +719,10 @@ tb3d_kernel(const tb3_params p)
 {
     constexpr int M = T;
     constexpr int OWNX = T3_TX - 2 * M, OWNY = T3_TY - 2 * M;
-    extern __shared__ double smem[]; /* tb3_shared_planes(T, SHAPE) */
+    extern __shared__ double smem[]; /* p.shared_doubles */
     double2 (*S)[T3_TY + 2][T3_TX / 2] =
         reinterpret_cast<double2 (*)[T3_TY + 2][T3_TX / 2]>(smem);
-    constexpr int doubles = T3_PLANE_DOUBLES * tb3_shared_planes(T, SHAPE);
-    for (int i = threadIdx.x; i < doubles; i += T3_THREADS) {
+    for (int i = threadIdx.x; i < p.shared_doubles; i += T3_THREADS) {
         /* the border rows: read by the margin, never stored */
         smem[i] = 0.0;
     }
@@ -754,7 +746,7 @@ tb3d_kernel(const tb3_params p)
         const bool plain_rows = rows_inside || p.mode == CS_MODE_CONSTANT
                                 || p.mode == CS_MODE_WRAP;
         /* the outer product keeps one edge variant: with a second its
-           plane loops spilled, and box3d27p ran slower */
+           plane loops spilled (nvcc -Xptxas -v) */
         if constexpr (SHAPE == T3_STAR) {
             if (plain_rows) {
                 stream_tile<T, SHAPE, FLAGS, T3_EDGE>(p, cl, z0, z1, S,
@@ -792,6 +784,7 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
                         ctx->smem_optin);
         return CS_ERR_UNSUPPORTED;
     }
+    p->shared_doubles = (int)(smem / sizeof(double));
     CS_CUDA_CHECK(ctx,
                   cudaFuncSetAttribute(tb3d_kernel<T, SHAPE, FLAGS>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
