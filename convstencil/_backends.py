@@ -3,7 +3,6 @@ GPU path backend "cuda" runs; the GPU engine's cache of memory kept
 between calls."""
 import atexit
 import os
-import re
 
 from . import _core
 
@@ -45,16 +44,36 @@ def cuda_device():
     return message if built and count > 0 else None
 
 
-_cc_major = None
+_device_caps = None
+
+
+def cuda_device_caps():
+    """The current CUDA device's facts the planner reads (a dict:
+    cc_major, sms, smem_optin), or None where no device can run; read
+    once per process, as the engine's own cache is."""
+    global _device_caps
+    if _device_caps is None:
+        if cuda_status() != "available":
+            return None
+        try:
+            _device_caps = _core.cuda_device_caps()
+        except RuntimeError:
+            return None
+    return _device_caps
 
 
 def cuda_cc_major():
     """The CUDA device's compute capability major (9 when unknown)."""
-    global _cc_major
-    if _cc_major is None:
-        match = re.search(r", sm_(\d+)\d[,:]", cuda_device() or "")
-        _cc_major = int(match.group(1)) if match else 9
-    return _cc_major
+    caps = cuda_device_caps()
+    return caps["cc_major"] if caps else 9
+
+
+def cuda_smem_optin():
+    """The shared memory (bytes) a block may opt in to on the CUDA
+    device (0 when unknown: the planner then assumes no limit, as on
+    the H100 its constants describe)."""
+    caps = cuda_device_caps()
+    return caps["smem_optin"] if caps else 0
 
 
 def gpu_path(name, shape, w, mode, steps, device_arrays=False):
@@ -73,7 +92,8 @@ def gpu_path(name, shape, w, mode, steps, device_arrays=False):
     from . import _model
     env = os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", "")
     cap = int(env) if env.isdigit() else 0
-    path = _model.auto_gpu_path(shape, w, mode, steps, cuda_cc_major(), cap)
+    path = _model.auto_gpu_path(shape, w, mode, steps, cuda_cc_major(), cap,
+                                cuda_smem_optin())
     return (_core.PATH_TENSOR_CORE if path == "tensor-core"
             else _core.PATH_CUDA_CORE)
 

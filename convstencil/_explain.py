@@ -170,16 +170,22 @@ def _gpu_device():
     return "%s (rates of an H100 assumed)" % name, True
 
 
+def _device_caps():
+    """(cc_major, smem_optin) of the device the engine would plan for
+    (an H100's where none is visible)."""
+    return _backends.cuda_cc_major(), _backends.cuda_smem_optin()
+
+
 def _explain_gpu(shape, w, mode, steps, backend, max_depth, rates,
                  transfers):
     rates = _model.gpu_rates(rates)
+    device_caps = _device_caps()
     path = _GPU_PATHS[backend]
     if path == "auto":  # as the engine chooses (_backends.gpu_path)
         path = _model.fastest_gpu_path(shape, w, mode, steps, max_depth,
-                                       rates, _backends.cuda_cc_major())
+                                       rates, *device_caps)
     seconds, bound, passes, plan = _model.predict_gpu(
-        shape, w, mode, steps, path, max_depth, rates,
-        _backends.cuda_cc_major())
+        shape, w, mode, steps, path, max_depth, rates, *device_caps)
     device, assumed = _gpu_device()
     fields = _common(shape, steps, mode, backend, plan["path"],
                      plan["fused_depth"], plan["fused_passes"],
@@ -204,7 +210,7 @@ def _add_candidates(fields, shape, w, mode, steps, max_depth, rates, chosen):
         try:
             t, b, _, _ = _model.predict_gpu(shape, w, mode, steps, path,
                                             max_depth, rates,
-                                            _backends.cuda_cc_major())
+                                            *_device_caps())
         except ValueError as exc:
             alts.append({"path": path, "runs": False, "reason": str(exc),
                          "predicted_seconds": None, "bound": None,

@@ -447,21 +447,26 @@ def _band_points(plan, shape):
 
 @functools.lru_cache(maxsize=256)
 def _plan_cached(shape, wbytes, wshape, mode_code, steps, path_code,
-                 cc_major, max_depth):
+                 cc_major, max_depth, smem_optin):
     w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
     return _core.plan(shape, w, mode_code, steps, path_code,
-                      cc_major=cc_major, max_depth=max_depth)
+                      cc_major=cc_major, max_depth=max_depth,
+                      smem_optin=smem_optin)
 
 
-def gpu_plan(shape, w, mode, steps, path, cc_major=9, max_depth=0):
-    """The engine's plan (a dict; ValueError when `path` cannot run w)."""
+def gpu_plan(shape, w, mode, steps, path, cc_major=9, max_depth=0,
+             smem_optin=0):
+    """The engine's plan (a dict; ValueError when `path` cannot run w) on
+    a device of compute capability `cc_major` whose blocks may opt in to
+    `smem_optin` bytes of shared memory (0: no limit)."""
     from ._apply import MODE_CODES
     codes = {"auto": _core.PATH_AUTO, "tensor-core": _core.PATH_TENSOR_CORE,
              "cuda-core": _core.PATH_CUDA_CORE}
     w = np.ascontiguousarray(w, dtype=np.float64)
     return dict(_plan_cached(tuple(int(n) for n in shape), w.tobytes(),
                              w.shape, MODE_CODES[mode], int(steps),
-                             codes[path], cc_major, int(max_depth)))
+                             codes[path], cc_major, int(max_depth),
+                             int(smem_optin)))
 
 
 def gpu_passes(plan, shape, w, mode, rates):
@@ -725,10 +730,12 @@ def cpu_time(plan, shape, rates):
 
 
 def predict_gpu(shape, w, mode, steps, path, max_depth=0, rates=None,
-                cc_major=9):
-    """(device seconds, bound, passes, plan) of a GPU run."""
+                cc_major=9, smem_optin=0):
+    """(device seconds, bound, passes, plan) of a GPU run (the device as
+    gpu_plan takes it)."""
     rates = rates or gpu_rates()
-    plan = gpu_plan(shape, w, mode, steps, path, cc_major, max_depth)
+    plan = gpu_plan(shape, w, mode, steps, path, cc_major, max_depth,
+                    smem_optin)
     passes = gpu_passes(plan, shape, w, mode, rates)
     if not passes:
         return 0.0, "memory", passes, plan
@@ -741,14 +748,14 @@ GPU_PATHS = ("tensor-core", "cuda-core")
 
 
 def fastest_gpu_path(shape, w, mode, steps, max_depth=0, rates=None,
-                     cc_major=9):
-    """Of the GPU paths that run w on a device of compute capability
-    `cc_major`, the one predicted fastest (tensor cores on a tie)."""
+                     cc_major=9, smem_optin=0):
+    """Of the GPU paths that run w on the device (as gpu_plan takes it),
+    the one predicted fastest (tensor cores on a tie)."""
     best, best_seconds = "cuda-core", None
     for path in GPU_PATHS:
         try:
             seconds = predict_gpu(shape, w, mode, steps, path, max_depth,
-                                  rates, cc_major)[0]
+                                  rates, cc_major, smem_optin)[0]
         except ValueError:  # the path cannot run this kernel or device
             continue
         if best_seconds is None or seconds < best_seconds:
@@ -758,16 +765,17 @@ def fastest_gpu_path(shape, w, mode, steps, max_depth=0, rates=None,
 
 @functools.lru_cache(maxsize=256)
 def _auto_path_cached(shape, wbytes, wshape, mode, steps, cc_major,
-                      max_depth):
+                      max_depth, smem_optin):
     w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
     return fastest_gpu_path(shape, w, mode, steps, max_depth, None,
-                            cc_major)
+                            cc_major, smem_optin)
 
 
-def auto_gpu_path(shape, w, mode, steps, cc_major=9, max_depth=0):
+def auto_gpu_path(shape, w, mode, steps, cc_major=9, max_depth=0,
+                  smem_optin=0):
     """The path backend "cuda" runs (fastest_gpu_path at the default
-    rates, cached per grid shape, kernel, mode and step count)."""
+    rates, cached per grid shape, kernel, mode, step count and device)."""
     w = np.ascontiguousarray(w, dtype=np.float64)
     return _auto_path_cached(tuple(int(n) for n in shape), w.tobytes(),
                              w.shape, mode, int(steps), int(cc_major),
-                             int(max_depth))
+                             int(max_depth), int(smem_optin))

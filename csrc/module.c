@@ -906,6 +906,36 @@ cuda_info(PyObject *self, PyObject *noargs)
 #endif
 }
 
+PyDoc_STRVAR(cuda_device_caps_doc,
+"cuda_device_caps() -> {'cc_major': int, 'sms': int, 'smem_optin': int}\n"
+"\n"
+"The current device's facts the planner reads: compute capability\n"
+"major, multiprocessors, and the shared memory (bytes) a block may opt\n"
+"in to.  Raises RuntimeError where the CUDA engine cannot run.");
+
+static PyObject *
+cuda_device_caps(PyObject *self, PyObject *noargs)
+{
+#ifdef CS_HAVE_CUDA
+    int cc_major = 0, sms = 0, smem_optin = 0;
+    char msg[256] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_device_caps(&cc_major, &sms, &smem_optin, msg,
+                                 sizeof(msg));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        PyErr_Format(PyExc_RuntimeError, "CUDA device: %s", msg);
+        return NULL;
+    }
+    return Py_BuildValue("{s:i,s:i,s:i}", "cc_major", cc_major, "sms", sms,
+                         "smem_optin", smem_optin);
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
 PyDoc_STRVAR(cuda_mem_info_doc,
 "cuda_mem_info() -> (free_bytes, total_bytes)\n"
 "\n"
@@ -1035,6 +1065,8 @@ static PyMethodDef core_methods[] = {
      METH_VARARGS | METH_KEYWORDS, cs_py_plan_doc},
     {"kernel_taps", cs_py_kernel_taps, METH_O, cs_py_kernel_taps_doc},
     {"cuda_info", cuda_info, METH_NOARGS, cuda_info_doc},
+    {"cuda_device_caps", cuda_device_caps, METH_NOARGS,
+     cuda_device_caps_doc},
     {"cuda_mem_info", cuda_mem_info, METH_NOARGS, cuda_mem_info_doc},
     {"cuda_current_device", cuda_current_device, METH_NOARGS,
      cuda_current_device_doc},

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import convstencil as cs
-from convstencil import _model
+from convstencil import _backends, _model
 from convstencil._presets import PRESETS, preset_weights
 
 BACKENDS = ("cpu", "cuda", "cuda-tc", "cuda-core")
@@ -116,6 +116,27 @@ def test_auto_takes_the_fastest_prediction(name):
     assert min(a["predicted_seconds"] for a in runnable) == pytest.approx(
         e.predicted_seconds)
     assert e.model_agrees is True
+
+
+def test_plan_follows_the_devices_shared_memory(monkeypatch):
+    """explain() and backend "cuda" plan for the device's shared memory:
+    where a block may take 99 KB, heat3d's tb3d passes hold 2 steps (a
+    pass of 3 needs 104448 bytes), as the engine runs them."""
+    w = preset_weights("heat3d")
+    shape = (256, 256, 256)
+    on_h100 = cs.explain(shape, "heat3d", backend="cuda-core", steps=96)
+    assert (on_h100.pass_kind, on_h100.fused_depth) == ("tb3d", 3)
+    monkeypatch.setattr(_backends, "cuda_device_caps",
+                        lambda: {"cc_major": 9, "sms": 132,
+                                 "smem_optin": 99 * 1024})
+    small = cs.explain(shape, "heat3d", backend="cuda-core", steps=96)
+    assert (small.pass_kind, small.fused_depth) == ("tb3d", 2)
+    assert small.predicted_seconds > on_h100.predicted_seconds
+    auto = cs.explain(shape, "heat3d", backend="cuda", steps=96)
+    assert auto.fused_depth == _model.gpu_plan(
+        shape, w, "constant", 96, auto.path, 9, 0, 99 * 1024)["fused_depth"]
+    assert _model.auto_gpu_path(shape, w, "constant", 96, 9, 0,
+                                99 * 1024) == auto.path
 
 
 def test_auto_path_follows_the_device_and_the_kernel():

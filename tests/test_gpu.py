@@ -79,10 +79,12 @@ def check_all_paths(grid, weights, steps, mode, cval, ctx, backends=None):
 
 def planned(weights, steps, shape, mode, path, max_depth=None):
     """The engine's plan (csrc/plan.c, tested on its own in test_plan.py)
-    for this problem on an sm_90 device: the GPU must run what it says."""
+    for this problem on this device: the GPU must run what it says."""
     w = np.ascontiguousarray(weights, dtype=np.float64)
     return _core.plan(tuple(shape), w, MODE_CODES[mode], steps, path,
-                      cc_major=9, max_depth=int(max_depth or 0))
+                      cc_major=_backends.cuda_cc_major(),
+                      max_depth=int(max_depth or 0),
+                      smem_optin=_backends.cuda_smem_optin())
 
 
 def expected_depth(weights, steps, shape, mode, max_depth=None):
@@ -108,7 +110,8 @@ def assert_auto_path(info, weights, shape, mode, steps):
     """Backend "cuda" took the path the performance model predicts fastest
     on this device (test_explain.py checks the choice itself)."""
     want = _model.auto_gpu_path(shape, weights, mode, steps,
-                                _backends.cuda_cc_major())
+                                _backends.cuda_cc_major(), 0,
+                                _backends.cuda_smem_optin())
     assert info["path"] == want, (want, info)
 
 

@@ -83,6 +83,23 @@ cs_cuda_device_facts(cs_cuda_ctx *ctx)
     return CS_OK;
 }
 
+cs_status
+cs_cuda_device_caps(int *cc_major, int *sms, int *smem_optin, char *msg,
+                    size_t msg_len)
+{
+    cs_cuda_ctx ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.err = msg;
+    ctx.err_len = msg_len;
+    const cs_status status = cs_cuda_device_facts(&ctx);
+    if (status == CS_OK) {
+        *cc_major = ctx.cc_major;
+        *sms = ctx.sms;
+        *smem_optin = ctx.smem_optin;
+    }
+    return status;
+}
+
 /* ------------------------------------------------------------------------
  * lanes
  * --------------------------------------------------------------------- */
