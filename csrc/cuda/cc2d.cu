@@ -303,11 +303,7 @@ cc2d_launch(cs_cuda_ctx *ctx, cc2d_params *p, const char *name)
     }
     p->tiles = p->tiles_plane * p->nz;
     const size_t smem = cs_cuda_cc2d_smem_bytes(K, SHAPE);
-    CS_CUDA_CHECK(ctx,
-                  cudaFuncSetAttribute(cc2d_kernel<K, SHAPE, T>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem),
-                  "cudaFuncSetAttribute (cc2d shared memory)");
+    CS_TRY(cs_cuda_allow_smem(ctx, cc2d_kernel<K, SHAPE, T>, smem, name));
     const ptrdiff_t most = (ptrdiff_t)ctx->sms * CC2D_MINB(T);
     const ptrdiff_t blocks = p->tiles < most ? p->tiles : most;
     cc2d_kernel<K, SHAPE, T><<<(unsigned)blocks, T, smem, ctx->stream>>>(*p);

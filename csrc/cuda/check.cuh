@@ -88,6 +88,27 @@ cs_cuda_fail(cs_cuda_ctx *ctx, cudaError_t e, const char *what)
         }                                                                     \
     } while (0)
 
+/*
+ * Let `kernel` (named `name`) launch with `smem` bytes of dynamic shared
+ * memory: past 48 KB a kernel must opt in, up to ctx->smem_optin.
+ */
+template <class Kernel>
+static inline cs_status
+cs_cuda_allow_smem(cs_cuda_ctx *ctx, Kernel *kernel, size_t smem,
+                   const char *name)
+{
+    const cudaError_t e = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) {
+        cs_cuda_message(ctx, "cudaFuncSetAttribute (%s, %zu bytes of shared "
+                             "memory): %s",
+                        name, smem, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return CS_ERR_CUDA;
+    }
+    return CS_OK;
+}
+
 /* Check the launch just queued on ctx->stream (named `kernel`). */
 static inline cs_status
 cs_cuda_check_launch(cs_cuda_ctx *ctx, const char *kernel)

@@ -785,11 +785,8 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
         return CS_ERR_UNSUPPORTED;
     }
     p->shared_doubles = (int)(smem / sizeof(double));
-    CS_CUDA_CHECK(ctx,
-                  cudaFuncSetAttribute(tb3d_kernel<T, SHAPE, FLAGS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem),
-                  "cudaFuncSetAttribute (tb3d shared memory)");
+    CS_TRY(cs_cuda_allow_smem(ctx, tb3d_kernel<T, SHAPE, FLAGS>, smem,
+                              "tb3d"));
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(

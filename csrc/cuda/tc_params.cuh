@@ -52,20 +52,12 @@ template <class Kernel>
 static cs_status
 tc_allow_smem(cs_cuda_ctx *ctx, Kernel *kernel, size_t smem, const char *name)
 {
-    cudaError_t e = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess) {
-        e = cudaFuncSetAttribute(kernel,
-                                 cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 (int)cudaSharedmemCarveoutMaxShared);
-    }
-    if (e != cudaSuccess) {
-        cs_cuda_message(ctx, "cudaFuncSetAttribute (%s, %zu bytes of shared "
-                             "memory): %s",
-                        name, smem, cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        return CS_ERR_CUDA;
-    }
+    CS_TRY(cs_cuda_allow_smem(ctx, kernel, smem, name));
+    CS_CUDA_CHECK(ctx,
+                  cudaFuncSetAttribute(
+                      kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                      (int)cudaSharedmemCarveoutMaxShared),
+                  "cudaFuncSetAttribute (shared memory carveout)");
     return CS_OK;
 }
 
