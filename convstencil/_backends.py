@@ -44,22 +44,22 @@ def cuda_device():
     return message if built and count > 0 else None
 
 
-_device_caps = None
+_device_caps = {}  # device index -> its facts
 
 
 def cuda_device_caps():
     """The current CUDA device's facts the planner reads (a dict:
     cc_major, sms, smem_optin), or None where no device can run; read
-    once per process, as the engine's own cache is."""
-    global _device_caps
-    if _device_caps is None:
-        if cuda_status() != "available":
-            return None
-        try:
-            _device_caps = _core.cuda_device_caps()
-        except RuntimeError:
-            return None
-    return _device_caps
+    once per device, as the engine's own cache is."""
+    if cuda_status() != "available":
+        return None
+    try:
+        device = _core.cuda_current_device()
+        if device not in _device_caps:
+            _device_caps[device] = _core.cuda_device_caps()
+    except RuntimeError:
+        return None
+    return _device_caps[device]
 
 
 def cuda_cc_major():

@@ -139,6 +139,33 @@ def test_plan_follows_the_devices_shared_memory(monkeypatch):
                                 99 * 1024) == auto.path
 
 
+def test_device_caps_are_read_once_per_device(monkeypatch):
+    """The planner's device facts follow the current device (two GPUs of
+    different kinds plan apart) and are asked of the engine once each."""
+    facts = {0: {"cc_major": 9, "sms": 132, "smem_optin": 232448},
+             1: {"cc_major": 8, "sms": 108, "smem_optin": 166912}}
+    current, asked = [0], []
+
+    def device_caps():
+        asked.append(current[0])
+        return dict(facts[current[0]])
+
+    monkeypatch.setattr(_backends, "cuda_status", lambda: "available")
+    monkeypatch.setattr(_backends, "_device_caps", {})
+    monkeypatch.setattr(_backends._core, "cuda_current_device",
+                        lambda: current[0], raising=False)
+    monkeypatch.setattr(_backends._core, "cuda_device_caps", device_caps,
+                        raising=False)
+    assert _backends.cuda_cc_major() == 9
+    assert _backends.cuda_smem_optin() == 232448
+    current[0] = 1
+    assert _backends.cuda_cc_major() == 8
+    assert _backends.cuda_smem_optin() == 166912
+    current[0] = 0
+    assert _backends.cuda_device_caps() == facts[0]
+    assert asked == [0, 1]
+
+
 def test_auto_path_follows_the_device_and_the_kernel():
     w = preset_weights("heat2d")
     # sm_80 has no FP64 MMA of the shape the tensor-core path issues
