@@ -135,7 +135,7 @@ def jobs(prefix):
             quick=["--presets", "heat2d", "--steps", "10", "--repeat", "1"]),
         Job("tb2d_segments",
             [p + "_tb2d_segments.json", p + "_tb2d_segments.md"],
-            [py, "benchmarks/bench_tb2d_segments.py", "--repeat", "3",
+            [py, "benchmarks/bench_segments.py", "--repeat", "3",
              "--save", p + "_tb2d_segments"],
             quick=["--shapes", "1024x1024", "--counts", "8,64",
                    "--repeat", "1"]),

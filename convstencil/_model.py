@@ -95,6 +95,10 @@ SMEM_RATE = 18.2e12
 TB2D_STRIP, TB2D_LANE_COLUMNS = 64, 2
 TB2D_WARPS, TB2D_BLOCKS_PER_SM = 4, 3
 TB2D_MAX_SEGMENTS = 4096
+# Rounds a launch costs beyond its own (cs_stream_segments): warps that
+# start together run in step, the first round once more
+# (h100_tb2d_segments.md)
+TB2D_EXTRA_ROUNDS = 1
 # The step loop is bound by instruction issue: per cell and level, the
 # multiply-adds plus TB2D_OVERHEAD_OPS others (shuffles of the neighbour
 # columns, the ring's loads, moves), at TB2D_FP64_FRACTION of the FP64
@@ -227,17 +231,18 @@ def tb2d_margin(depth, radius=1):
     return lanes * TB2D_LANE_COLUMNS
 
 
-def stream_segments(units, n, halo, resident, most):
+def stream_segments(units, n, halo, resident, most, extra_rounds):
     """Segments of the streamed axis (n cells) per unit that streams it,
     as tb2d.cu and tb3d.cu pick them (cs_stream_segments):
     each segment's 2 halo extra cells weighed against the rounds of units
-    the launch takes (`resident` at a time), plus one (the first round
-    runs in step; measured in h100_tb2d_segments.md); at most `most`."""
+    the launch takes (`resident` at a time), plus `extra_rounds` (tb2d:
+    one, the first round runs in step, h100_tb2d_segments.md; tb3d:
+    none, h100_tb3d_segments.md); at most `most`."""
     best, best_cost = 1, None
     for s in range(1, min(n, most) + 1):
         cells = -(-n // s)
         rounds = -(-(units * s) // resident)
-        cost = (rounds + 1) * (cells + 2 * halo)
+        cost = (rounds + extra_rounds) * (cells + 2 * halo)
         if best_cost is None or cost < best_cost:
             best, best_cost = s, cost
     return best
@@ -246,15 +251,15 @@ def stream_segments(units, n, halo, resident, most):
 def tb2d_segments(columns, ny, halo_rows, resident):
     """Segments per strip (rows per segment), as tb2d.cu picks them."""
     return stream_segments(columns, ny, halo_rows, resident,
-                           TB2D_MAX_SEGMENTS)
+                           TB2D_MAX_SEGMENTS, TB2D_EXTRA_ROUNDS)
 
 
-def _launch_idle(items, resident):
+def _launch_idle(items, resident, extra_rounds):
     """Slots of a launch of `items` units, `resident` at a time, left
-    idle: a ragged last round, and the round the first one costs in step
-    (as cs_stream_segments prices them), as a factor on the time."""
+    idle: a ragged last round, and `extra_rounds` more (as
+    cs_stream_segments prices them), as a factor on the time."""
     rounds = -(-items // resident)
-    return (rounds + 1) * resident / items
+    return (rounds + extra_rounds) * resident / items
 
 
 def _blocked_pass(kind, depth, npts, bytes_, useful, executed, issue,
@@ -285,7 +290,7 @@ def _tb2d_pass(w, shape, depth, rates):
     resident = rates["sms"] * TB2D_BLOCKS_PER_SM * TB2D_WARPS
     segs = tb2d_segments(strips * nz, ny, halo, resident)
     rows = -(-ny // segs)
-    idle = _launch_idle(strips * segs * nz, resident)
+    idle = _launch_idle(strips * segs * nz, resident, TB2D_EXTRA_ROUNDS)
     redundancy = (float(TB2D_STRIP * strips * (rows + 2 * halo) * segs)
                   / (nx * ny))
     # a plus: its centre row and 2 r centre weights; an outer product:
@@ -312,6 +317,9 @@ def _tb2d_pass(w, shape, depth, rates):
 TB3D_TILE = (32, 64)
 TB3D_BLOCKS_PER_SM = 1
 TB3D_MAX_SEGMENTS = 1024
+# Rounds a launch costs beyond its own (cs_stream_segments): none for
+# tb3d's one block an SM (h100_tb3d_segments.md)
+TB3D_EXTRA_ROUNDS = 0
 # The stream is bound by instruction issue and latency (Nsight Compute,
 # h100_ncu_tb3d.txt: 16 warps an SM): per cell and level
 # TB3D_ISSUE_OPS operations (the multiply-adds, shuffles, the shared
@@ -334,9 +342,10 @@ def _tb3d_pass(w, shape, depth, rates):
     ty, tx = TB3D_TILE
     tiles = -(-ny // (ty - 2 * depth)) * -(-nx // (tx - 2 * depth))
     resident = rates["sms"] * TB3D_BLOCKS_PER_SM
-    segs = stream_segments(tiles, nz, depth, resident, TB3D_MAX_SEGMENTS)
+    segs = stream_segments(tiles, nz, depth, resident, TB3D_MAX_SEGMENTS,
+                           TB3D_EXTRA_ROUNDS)
     planes = -(-nz // segs)
-    idle = _launch_idle(tiles * segs, resident)
+    idle = _launch_idle(tiles * segs, resident, TB3D_EXTRA_ROUNDS)
     redundancy = tiles * ty * tx * segs * (planes + 2 * depth) / npts
     taps = np.count_nonzero(w)
     # a star: its 7 weights; an outer product: 3 along each axis

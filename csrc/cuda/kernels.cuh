@@ -18,7 +18,9 @@
 #include "../plan.h"
 #include "../stencil.h"
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /*
  * A padded device grid.  Grid element (z, y, x) is
@@ -64,13 +66,38 @@ cs_tile_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
     return start < last ? start : (last > 0 ? last : 0);
 }
 
+/* The environment variable `var` into *segs (0 when it is not set): a
+   fixed segment count per unit, for measuring cs_stream_segments' choice
+   (benchmarks/bench_segments.py); at most the n cells there are. */
+static inline cs_status
+cs_env_segments(cs_cuda_ctx *ctx, const char *var, ptrdiff_t n,
+                ptrdiff_t *segs)
+{
+    *segs = 0;
+    const char *env = getenv(var);
+    if (env == NULL || env[0] == '\0') {
+        return CS_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || v < 1) {
+        cs_cuda_message(ctx, "%s must be an integer >= 1, not \"%s\"", var,
+                        env);
+        return CS_ERR_INVALID;
+    }
+    *segs = (ptrdiff_t)v < n ? (ptrdiff_t)v : n;
+    return CS_OK;
+}
+
 /* Segments of the streamed axis (n cells) per unit that streams it (a
    tb2d strip, a tb3d tile), at most `most`: each segment's 2 `halo`
    extra cells of reading weighed against the rounds of units the launch
-   takes (`resident` at a time), plus one (tb2d.cu says why). */
+   takes (`resident` at a time), plus `extra_rounds` (tb2d's 1 and
+   tb3d's 0 are measured: tb2d.cu and tb3d.cu say how). */
 static inline ptrdiff_t
 cs_stream_segments(ptrdiff_t units, ptrdiff_t n, int halo, ptrdiff_t resident,
-                   ptrdiff_t most)
+                   ptrdiff_t most, int extra_rounds)
 {
     ptrdiff_t best = 1;
     double best_cost = 0.0;
@@ -78,7 +105,8 @@ cs_stream_segments(ptrdiff_t units, ptrdiff_t n, int halo, ptrdiff_t resident,
     for (ptrdiff_t s = 1; s <= top; s++) {
         const ptrdiff_t cells = CEIL_DIV(n, s);
         const ptrdiff_t rounds = CEIL_DIV(units * s, resident);
-        const double cost = (double)(rounds + 1) * (double)(cells + 2 * halo);
+        const double cost = (double)(rounds + extra_rounds)
+                            * (double)(cells + 2 * halo);
         if (s == 1 || cost < best_cost) {
             best = s;
             best_cost = cost;

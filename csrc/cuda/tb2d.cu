@@ -5,8 +5,6 @@
  */
 #include "tb2d.cuh"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define TS_MAX_SEGMENTS 4096 /* per strip (the model's TB2D_MAX_SEGMENTS) */
@@ -24,31 +22,7 @@ choose_segments(ptrdiff_t columns, ptrdiff_t ny, int halo_rows,
                 ptrdiff_t resident_warps)
 {
     return cs_stream_segments(columns, ny, halo_rows, resident_warps,
-                              TS_MAX_SEGMENTS);
-}
-
-/* CONVSTENCIL_TB2D_SEGMENTS into *segs (0 when it is not set): a fixed
-   segment count per strip, for measuring the choice above
-   (benchmarks/bench_tb2d_segments.py); at most the rows there are. */
-static cs_status
-env_segments(cs_cuda_ctx *ctx, ptrdiff_t ny, ptrdiff_t *segs)
-{
-    *segs = 0;
-    const char *env = getenv("CONVSTENCIL_TB2D_SEGMENTS");
-    if (env == NULL || env[0] == '\0') {
-        return CS_OK;
-    }
-    char *end = NULL;
-    errno = 0;
-    const long v = strtol(env, &end, 10);
-    if (errno != 0 || end == env || *end != '\0' || v < 1) {
-        cs_cuda_message(ctx, "CONVSTENCIL_TB2D_SEGMENTS must be an integer "
-                             ">= 1, not \"%s\"",
-                        env);
-        return CS_ERR_INVALID;
-    }
-    *segs = (ptrdiff_t)v < ny ? (ptrdiff_t)v : ny;
-    return CS_OK;
+                              TS_MAX_SEGMENTS, 1);
 }
 
 cs_status
@@ -56,7 +30,8 @@ cs_tb2d_layout(cs_cuda_ctx *ctx, tbs_params *p, ptrdiff_t own, int halo_rows,
                ptrdiff_t resident_warps, unsigned *blocks)
 {
     p->strips = CEIL_DIV(p->nx, own);
-    const cs_status st = env_segments(ctx, p->ny, &p->segs);
+    const cs_status st =
+        cs_env_segments(ctx, "CONVSTENCIL_TB2D_SEGMENTS", p->ny, &p->segs);
     if (st != CS_OK) {
         return st;
     }

@@ -796,10 +796,18 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1);
     p->tiles_x = CEIL_DIV(p->nx, (ptrdiff_t)(T3_TX - 2 * M));
     p->tiles_y = CEIL_DIV(p->ny, (ptrdiff_t)(T3_TY - 2 * M));
-    /* segments of planes per tile: tb2d's choice, along z */
+    /* segments of planes per tile: tb2d's choice, along z, but priced
+       by the rounds alone: one block an SM has no other block's warps
+       to stagger against, and tb2d's extra round for the first did not
+       fit it (h100_tb3d_segments.md: at 512^3 the counts rank as the
+       rounds alone rank them) */
     const ptrdiff_t tiles = p->tiles_x * p->tiles_y;
-    const ptrdiff_t segs =
-        cs_stream_segments(tiles, p->nz, T, resident, T3_MAX_SEGMENTS);
+    ptrdiff_t segs = 0;
+    CS_TRY(cs_env_segments(ctx, "CONVSTENCIL_TB3D_SEGMENTS", p->nz, &segs));
+    if (segs == 0) {
+        segs = cs_stream_segments(tiles, p->nz, T, resident, T3_MAX_SEGMENTS,
+                                  0);
+    }
     p->seg_planes = CEIL_DIV(p->nz, segs);
     const ptrdiff_t items = tiles * segs;
     if (items > INT_MAX) {
