@@ -326,9 +326,10 @@ TB3D_EXTRA_ROUNDS = 0
 # plane's stores and loads, the barrier's wait), at TB3D_FP64_FRACTION
 # of the FP64 peak in those units.  A star's levels share one barrier a
 # plane, an outer product's take one each: the star's operations are
-# fewer.  Fitted to h100_3d_tb3d_depth.md (512^3, depth 3: heat3d 398.8,
-# box3d27p 361.3; depths 1 and 2 are memory-bound).
-TB3D_ISSUE_OPS = {"star": 12.6, "outer": 13.8}
+# fewer.  Fitted to the 100-step loops of h100_explain.json at 15d94c6
+# (512^3, depth 3, 5 segments a tile: heat3d 33.85 ms, box3d27p 38.19;
+# depths 1 and 2 are memory-bound, h100_3d_tb3d_depth.md).
+TB3D_ISSUE_OPS = {"star": 13.7, "outer": 15.4}
 TB3D_FP64_FRACTION = 0.5
 
 
