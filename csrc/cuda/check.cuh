@@ -22,8 +22,10 @@
 #define CS_CUDA_CHECK_CUH
 
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../stencil.h"
 
@@ -106,6 +108,28 @@ cs_cuda_allow_smem(cs_cuda_ctx *ctx, Kernel *kernel, size_t smem,
         (void)cudaGetLastError();
         return CS_ERR_CUDA;
     }
+    return CS_OK;
+}
+
+/* The environment variable `var` as an integer >= 1 in *value (0 when
+   it is not set); CS_ERR_INVALID, saying so, for anything else. */
+static inline cs_status
+cs_env_count(cs_cuda_ctx *ctx, const char *var, long *value)
+{
+    *value = 0;
+    const char *env = getenv(var);
+    if (env == NULL || env[0] == '\0') {
+        return CS_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || v < 1) {
+        cs_cuda_message(ctx, "%s must be an integer >= 1, not \"%s\"", var,
+                        env);
+        return CS_ERR_INVALID;
+    }
+    *value = v;
     return CS_OK;
 }
 

@@ -35,7 +35,6 @@
 #include "../host_copy.h"
 #include "../layout.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -52,22 +51,7 @@
 static cs_status
 env_max_depth(cs_cuda_ctx *ctx, long *cap)
 {
-    *cap = 0;
-    const char *env = getenv("CONVSTENCIL_CUDA_MAX_DEPTH");
-    if (env == NULL || env[0] == '\0') {
-        return CS_OK;
-    }
-    char *end = NULL;
-    errno = 0;
-    const long v = strtol(env, &end, 10);
-    if (errno != 0 || end == env || *end != '\0' || v < 1) {
-        cs_cuda_message(ctx, "CONVSTENCIL_CUDA_MAX_DEPTH must be an integer "
-                             ">= 1, not \"%s\"",
-                        env);
-        return CS_ERR_INVALID;
-    }
-    *cap = v;
-    return CS_OK;
+    return cs_env_count(ctx, "CONVSTENCIL_CUDA_MAX_DEPTH", cap);
 }
 
 /*

@@ -18,9 +18,7 @@
 #include "../plan.h"
 #include "../stencil.h"
 
-#include <errno.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 /*
  * A padded device grid.  Grid element (z, y, x) is
@@ -73,19 +71,8 @@ static inline cs_status
 cs_env_segments(cs_cuda_ctx *ctx, const char *var, ptrdiff_t n,
                 ptrdiff_t *segs)
 {
-    *segs = 0;
-    const char *env = getenv(var);
-    if (env == NULL || env[0] == '\0') {
-        return CS_OK;
-    }
-    char *end = NULL;
-    errno = 0;
-    const long v = strtol(env, &end, 10);
-    if (errno != 0 || end == env || *end != '\0' || v < 1) {
-        cs_cuda_message(ctx, "%s must be an integer >= 1, not \"%s\"", var,
-                        env);
-        return CS_ERR_INVALID;
-    }
+    long v = 0;
+    CS_TRY(cs_env_count(ctx, var, &v));
     *segs = (ptrdiff_t)v < n ? (ptrdiff_t)v : n;
     return CS_OK;
 }
