@@ -35,13 +35,9 @@ def chosen_segments(kernel, shape, depth):
     """The count the engine picks for a radius-1 kernel (the model
     mirrors tb2d's choose_segments and tb3d's launch)."""
     if kernel == "tb3d":
-        ty, tx = _model.TB3D_TILE
-        tiles = (-(-shape[1] // (ty - 2 * depth))
-                 * -(-shape[2] // (tx - 2 * depth)))
-        resident = _model.H100["sms"] * _model.TB3D_BLOCKS_PER_SM
-        return _model.stream_segments(tiles, shape[0], depth, resident,
-                                      _model.TB3D_MAX_SEGMENTS,
-                                      _model.TB3D_EXTRA_ROUNDS)
+        return _model.tb3d_segments(
+            _model.tb3d_tiles(shape[1], shape[2], depth), shape[0], depth,
+            _model.H100["sms"] * _model.TB3D_BLOCKS_PER_SM)
     own = _model.TB2D_STRIP - 2 * _model.tb2d_margin(depth, radius=1)
     strips = -(-shape[1] // own)
     resident = (_model.H100["sms"] * _model.TB2D_BLOCKS_PER_SM

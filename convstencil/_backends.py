@@ -62,18 +62,13 @@ def cuda_device_caps():
     return _device_caps[device]
 
 
-def cuda_cc_major():
-    """The CUDA device's compute capability major (9 when unknown)."""
+def cuda_plan_device():
+    """(cc_major, smem_optin): the compute capability major and the
+    shared memory (bytes) a block may opt in to that the planner takes
+    for the current device; (9, 0) where none can run, an H100's, whose
+    constants the model holds (0: no limit)."""
     caps = cuda_device_caps()
-    return caps["cc_major"] if caps else 9
-
-
-def cuda_smem_optin():
-    """The shared memory (bytes) a block may opt in to on the CUDA
-    device (0 when unknown: the planner then assumes no limit, as on
-    the H100 its constants describe)."""
-    caps = cuda_device_caps()
-    return caps["smem_optin"] if caps else 0
+    return (caps["cc_major"], caps["smem_optin"]) if caps else (9, 0)
 
 
 def gpu_path(name, shape, w, mode, steps, device_arrays=False):
@@ -92,8 +87,9 @@ def gpu_path(name, shape, w, mode, steps, device_arrays=False):
     from . import _model
     env = os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", "")
     cap = int(env) if env.isdigit() else 0
-    path = _model.auto_gpu_path(shape, w, mode, steps, cuda_cc_major(), cap,
-                                cuda_smem_optin())
+    cc_major, smem_optin = cuda_plan_device()
+    path = _model.auto_gpu_path(shape, w, mode, steps, cc_major, cap,
+                                smem_optin)
     return (_core.PATH_TENSOR_CORE if path == "tensor-core"
             else _core.PATH_CUDA_CORE)
 

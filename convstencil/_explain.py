@@ -170,16 +170,10 @@ def _gpu_device():
     return "%s (rates of an H100 assumed)" % name, True
 
 
-def _device_caps():
-    """(cc_major, smem_optin) of the device the engine would plan for
-    (an H100's where none is visible)."""
-    return _backends.cuda_cc_major(), _backends.cuda_smem_optin()
-
-
 def _explain_gpu(shape, w, mode, steps, backend, max_depth, rates,
                  transfers):
     rates = _model.gpu_rates(rates)
-    device_caps = _device_caps()
+    device_caps = _backends.cuda_plan_device()
     path = _GPU_PATHS[backend]
     if path == "auto":  # as the engine chooses (_backends.gpu_path)
         path = _model.fastest_gpu_path(shape, w, mode, steps, max_depth,
@@ -199,18 +193,20 @@ def _explain_gpu(shape, w, mode, steps, backend, max_depth, rates,
                                "a GPU array stays on the device")
     if backend == "cuda":
         _add_candidates(fields, shape, w, mode, steps, max_depth, rates,
-                        plan["path"])
+                        device_caps, plan["path"])
     return fields
 
 
-def _add_candidates(fields, shape, w, mode, steps, max_depth, rates, chosen):
-    """Each path the planner could run for the kernel, predicted."""
+def _add_candidates(fields, shape, w, mode, steps, max_depth, rates,
+                    device_caps, chosen):
+    """Each path the planner could run for the kernel on the device
+    (_backends.cuda_plan_device), predicted."""
     alts = []
     for path in _CANDIDATES:
         try:
             t, b, _, _ = _model.predict_gpu(shape, w, mode, steps, path,
                                             max_depth, rates,
-                                            *_device_caps())
+                                            *device_caps)
         except ValueError as exc:
             alts.append({"path": path, "runs": False, "reason": str(exc),
                          "predicted_seconds": None, "bound": None,

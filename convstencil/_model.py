@@ -333,6 +333,18 @@ TB3D_ISSUE_OPS = {"star": 13.7, "outer": 15.4}
 TB3D_FP64_FRACTION = 0.5
 
 
+def tb3d_tiles(ny, nx, depth):
+    """The tiles of a plane a tb3d pass of `depth` steps launches."""
+    ty, tx = TB3D_TILE
+    return -(-ny // (ty - 2 * depth)) * -(-nx // (tx - 2 * depth))
+
+
+def tb3d_segments(tiles, nz, depth, resident):
+    """Segments per tile (planes per segment), as tb3d.cu picks them."""
+    return stream_segments(tiles, nz, depth, resident, TB3D_MAX_SEGMENTS,
+                           TB3D_EXTRA_ROUNDS)
+
+
 def _tb3d_pass(w, shape, depth, rates):
     """Cost of one tb3d pass of `depth` steps: every block reads its tile
     with margins once per plane of its segment and the 2 depth planes
@@ -341,10 +353,9 @@ def _tb3d_pass(w, shape, depth, rates):
     nz, ny, nx = shape
     npts = float(nz * ny * nx)
     ty, tx = TB3D_TILE
-    tiles = -(-ny // (ty - 2 * depth)) * -(-nx // (tx - 2 * depth))
+    tiles = tb3d_tiles(ny, nx, depth)
     resident = rates["sms"] * TB3D_BLOCKS_PER_SM
-    segs = stream_segments(tiles, nz, depth, resident, TB3D_MAX_SEGMENTS,
-                           TB3D_EXTRA_ROUNDS)
+    segs = tb3d_segments(tiles, nz, depth, resident)
     planes = -(-nz // segs)
     idle = _launch_idle(tiles * segs, resident, TB3D_EXTRA_ROUNDS)
     redundancy = tiles * ty * tx * segs * (planes + 2 * depth) / npts

@@ -153,14 +153,11 @@ def test_device_caps_are_read_once_per_device(monkeypatch):
     monkeypatch.setattr(_backends, "cuda_status", lambda: "available")
     monkeypatch.setattr(_backends, "_device_caps", {})
     monkeypatch.setattr(_backends._core, "cuda_current_device",
-                        lambda: current[0], raising=False)
-    monkeypatch.setattr(_backends._core, "cuda_device_caps", device_caps,
-                        raising=False)
-    assert _backends.cuda_cc_major() == 9
-    assert _backends.cuda_smem_optin() == 232448
+                        lambda: current[0])
+    monkeypatch.setattr(_backends._core, "cuda_device_caps", device_caps)
+    assert _backends.cuda_plan_device() == (9, 232448)
     current[0] = 1
-    assert _backends.cuda_cc_major() == 8
-    assert _backends.cuda_smem_optin() == 166912
+    assert _backends.cuda_plan_device() == (8, 166912)
     current[0] = 0
     assert _backends.cuda_device_caps() == facts[0]
     assert asked == [0, 1]

@@ -81,10 +81,10 @@ def planned(weights, steps, shape, mode, path, max_depth=None):
     """The engine's plan (csrc/plan.c, tested on its own in test_plan.py)
     for this problem on this device: the GPU must run what it says."""
     w = np.ascontiguousarray(weights, dtype=np.float64)
+    cc_major, smem_optin = _backends.cuda_plan_device()
     return _core.plan(tuple(shape), w, MODE_CODES[mode], steps, path,
-                      cc_major=_backends.cuda_cc_major(),
-                      max_depth=int(max_depth or 0),
-                      smem_optin=_backends.cuda_smem_optin())
+                      cc_major=cc_major, max_depth=int(max_depth or 0),
+                      smem_optin=smem_optin)
 
 
 def expected_depth(weights, steps, shape, mode, max_depth=None):
@@ -109,9 +109,9 @@ def in_diamond(side):
 def assert_auto_path(info, weights, shape, mode, steps):
     """Backend "cuda" took the path the performance model predicts fastest
     on this device (test_explain.py checks the choice itself)."""
-    want = _model.auto_gpu_path(shape, weights, mode, steps,
-                                _backends.cuda_cc_major(), 0,
-                                _backends.cuda_smem_optin())
+    cc_major, smem_optin = _backends.cuda_plan_device()
+    want = _model.auto_gpu_path(shape, weights, mode, steps, cc_major, 0,
+                                smem_optin)
     assert info["path"] == want, (want, info)
 
 

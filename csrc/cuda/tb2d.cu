@@ -8,6 +8,7 @@
 #include <string.h>
 
 #define TS_MAX_SEGMENTS 4096 /* per strip (the model's TB2D_MAX_SEGMENTS) */
+#define TS_EXTRA_ROUNDS 1    /* cs_stream_segments' (TB2D_EXTRA_ROUNDS) */
 
 /* Segments per strip: each segment's 2 R T extra rows of reading weighed
    against the rounds of warps the launch takes, plus one.  The extra
@@ -22,7 +23,7 @@ choose_segments(ptrdiff_t columns, ptrdiff_t ny, int halo_rows,
                 ptrdiff_t resident_warps)
 {
     return cs_stream_segments(columns, ny, halo_rows, resident_warps,
-                              TS_MAX_SEGMENTS, 1);
+                              TS_MAX_SEGMENTS, TS_EXTRA_ROUNDS);
 }
 
 cs_status

@@ -41,6 +41,7 @@
 #define T3_TX (32 * T3_V)               /* tile columns: a warp's row */
 #define T3_TY (T3_THREADS / 32 * T3_CY) /* tile rows */
 #define T3_MAX_SEGMENTS 1024 /* per tile (the model's TB3D_MAX_SEGMENTS) */
+#define T3_EXTRA_ROUNDS 0    /* cs_stream_segments' (TB3D_EXTRA_ROUNDS) */
 #define T3_STAR CS_TB3D_STAR
 #define T3_RANK1 CS_TB3D_RANK1
 
@@ -51,7 +52,10 @@ typedef struct tb3_params {
     ptrdiff_t nz, ny, nx;
     ptrdiff_t lim_y, lim_x; /* unused: cs_params_grids fills them */
     ptrdiff_t tiles_x, tiles_y, seg_planes;
-    int shared_doubles; /* the block's shared planes (cs_tb3d_smem_bytes) */
+    int shared_doubles; /* the block's shared planes (cs_tb3d_smem_bytes):
+                           a star's levels share a barrier, so each has
+                           its own pair; an outer product's levels take
+                           turns on one pair */
     cs_mode mode;
     double cval;
     double w[27];           /* the star's weights */
@@ -562,10 +566,7 @@ exponent_bits(double v)
     return (unsigned)__double2hiint(v) & T3_NONFINITE;
 }
 
-/* The shared planes a block holds, as cs_tb3d_smem_bytes counts them
-   (the plan's depth honours it): the star's T levels share a barrier,
-   so each level has its own pair; the outer product's levels take
-   turns on one pair. */
+/* plan.c sizes the shared planes (cs_tb3d_smem_bytes) from this tile */
 static_assert(T3_TY == CS_TB3D_TILE_ROWS && T3_TX == CS_TB3D_TILE_COLS,
               "plan.h's tb3d tile");
 
@@ -806,7 +807,7 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
     CS_TRY(cs_env_segments(ctx, "CONVSTENCIL_TB3D_SEGMENTS", p->nz, &segs));
     if (segs == 0) {
         segs = cs_stream_segments(tiles, p->nz, T, resident, T3_MAX_SEGMENTS,
-                                  0);
+                                  T3_EXTRA_ROUNDS);
     }
     p->seg_planes = CEIL_DIV(p->nz, segs);
     const ptrdiff_t items = tiles * segs;
