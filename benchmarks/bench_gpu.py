@@ -25,8 +25,7 @@ each other and against CuPy (relative error <= 1e-12) on the benchmark
 grid.
 
 A name "randomKxK" in --presets stands for a full-rank K x K kernel of
-random positive weights summing to 1 (seed RANDOM_SEED; its records name
-it as `kernel` "random KxK" with its `seed`, not as a preset).
+random positive weights summing to 1 (common.kernel_of).
 
 Shapes that are no multiple of any tile (--odd1d, --odd2d, --odd3d) run
 convstencil only, and the table compares them with the main shape of
@@ -41,7 +40,6 @@ Needs CuPy and PyTorch (baselines only; the package imports neither).
 import argparse
 import math
 import os
-import re
 import sys
 import time
 
@@ -54,19 +52,6 @@ import convstencil as cs  # noqa: E402
 
 SYSTEMS = {"convstencil-tc": "cuda-tc", "convstencil-cudacore": "cuda-core",
            "convstencil-auto": "cuda"}
-RANDOM_SEED = 7
-
-
-def kernel_of(name):
-    """(weights, what a record calls them) of a preset or "randomKxK"."""
-    m = re.fullmatch(r"random(\d+)x\1", name)
-    if m is None:
-        return cs.Stencil(name).weights, dict(preset=name)
-    k = int(m.group(1))
-    w = np.random.default_rng(RANDOM_SEED).uniform(0.1, 1.0, (k, k))
-    w /= w.sum()
-    assert np.linalg.matrix_rank(w) == k
-    return w, dict(kernel="random %dx%d" % (k, k), seed=RANDOM_SEED)
 
 
 def steps_for(seconds_per_step, min_seconds, multiple):
@@ -228,7 +213,7 @@ def main():
                           bandwidth / 1e9, floor), flush=True)
 
     records = []
-    kernels = {name: kernel_of(name) for name in args.presets.split(",")}
+    kernels = {name: common.kernel_of(name) for name in args.presets.split(",")}
 
     def record(preset, grid_shape, steps, system, gs, **extra):
         records.append(dict(prov, **kernels[preset][1],

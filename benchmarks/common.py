@@ -3,6 +3,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -24,6 +25,25 @@ QUICK_CPU_SIZES = {1: (1 << 16,), 2: (256, 256), 3: (32, 32, 32)}
 # The GPU step-loop benchmarks' grids (bench_explain, bench_modes): sizes
 # that fill the H100, as the issue's figures use.
 GPU_SIZES = {1: (1 << 27,), 2: (10240, 10240), 3: (512, 512, 512)}
+
+
+# The seed of a "randomKxK" kernel's weights (kernel_of).
+RANDOM_SEED = 7
+
+
+def kernel_of(name):
+    """(weights, what a record calls them) of a preset or "randomKxK": a
+    full-rank K x K kernel of random positive weights summing to 1 (seed
+    RANDOM_SEED), named in records as `kernel` "random KxK" with its
+    `seed`, not as a preset."""
+    m = re.fullmatch(r"random(\d+)x\1", name)
+    if m is None:
+        return cs.Stencil(name).weights, dict(preset=name)
+    k = int(m.group(1))
+    w = np.random.default_rng(RANDOM_SEED).uniform(0.1, 1.0, (k, k))
+    w /= w.sum()
+    assert np.linalg.matrix_rank(w) == k
+    return w, dict(kernel="random %dx%d" % (k, k), seed=RANDOM_SEED)
 
 
 def median_step_loop(run, repeat):

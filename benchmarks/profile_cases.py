@@ -3,15 +3,21 @@
     ncu --kernel-name regex:tc2d --launch-count 4 --section ... \\
         python benchmarks/profile_cases.py --size 4096x4096 --steps 3
 
-Runs each named preset once on each of the given backends (random data),
-so a profiler sees the kernels of a realistic launch without a
-benchmark's repetitions.
+Runs each named preset (or "randomKxK", a full-rank K x K kernel of
+random weights: common.kernel_of) once on each of the given backends
+(random data), so a profiler sees the kernels of a realistic launch
+without a benchmark's repetitions.
 """
 import argparse
+import os
+import sys
 
 import numpy as np
 
-import convstencil as cs
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+import convstencil as cs  # noqa: E402
 
 
 def main():
@@ -25,12 +31,17 @@ def main():
     shape = tuple(int(v) for v in args.size.split("x"))
     grid = np.random.default_rng().random(shape)
     for name in args.presets.split(","):
+        weights = common.kernel_of(name)[0]
         for backend in args.backends.split(","):
-            cs.apply(grid, name, steps=args.steps, backend=backend)
+            cs.apply(grid, weights=weights, steps=args.steps,
+                     backend=backend)
             info = cs.last_run_info()
-            print("%-10s %-9s %s depth %d: %.3f ms on the device"
-                  % (name, backend, info["path"], info["fused_depth"],
-                     1e3 * info["device_seconds"]), flush=True)
+            seconds = info.get("device_seconds")
+            print("%-10s %-9s %s depth %d%s" % (
+                name, backend, info["path"], info["fused_depth"],
+                "" if seconds is None
+                else ": %.3f ms on the device" % (1e3 * seconds)),
+                flush=True)
 
 
 if __name__ == "__main__":
