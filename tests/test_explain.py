@@ -256,7 +256,7 @@ _SYSTEMS = {"convstencil-tc": "cuda-tc", "convstencil-cudacore": "cuda-core",
             "convstencil-tensor-core": "cuda-tc",
             "convstencil-cuda-core": "cuda-core"}
 _FILES = ("h100_e2e", "h100_1d", "h100_2d", "h100_3d", "h100_3d_paths",
-          "h100_2d_tb2d")
+          "h100_2d_tb2d", "h100_3d_tb3d_depth")
 
 
 def _kernel(record):
