@@ -9,8 +9,8 @@ For each d in --depths it runs
 path (--system: the tensor-core path `convstencil-tc` by default, or the
 CUDA-core path `convstencil-cudacore`, tb2d for planar 3 x 3 kernels
 and pluses; every time step counted, a fused pass of k steps counts k)
-per preset and depth, with the depth the engine fused and the rate per
-pass.  Timing, checks and data are
+per preset (or "randomKxK", as bench_gpu.py takes it) and depth, with
+the depth the engine fused and the rate per pass.  Timing, checks and data are
 bench_gpu.py's.
 
     python benchmarks/bench_depth.py --presets heat1d --save h100_1d_depth
@@ -47,6 +47,12 @@ def run_depth(depth, presets, passthrough):
             return json.load(f)
 
 
+def stencil_name(record):
+    """The --presets name of a bench_gpu.py record: its preset, or
+    "randomKxK" for its kernel "random KxK"."""
+    return record.get("preset") or record["kernel"].replace(" ", "")
+
+
 def main():
     argv = sys.argv[1:]
     passthrough = []
@@ -72,14 +78,16 @@ def main():
                 prov = common.provenance(r["device"])
             if r["system"] != args.system:
                 continue
-            key = (r["preset"], depth)
+            key = (stencil_name(r), depth)
             # the largest grid of the preset (the main shape when there
             # are several)
             if key in rates and rates[key][2] >= r["shape"]:
                 continue
             rates[key] = (r["gstencils_per_s"], r.get("fused_depth", 0),
                           r["shape"])
-            records.append(dict(prov, preset=r["preset"], shape=r["shape"],
+            which = {k: r[k] for k in ("preset", "kernel", "seed")
+                     if k in r}
+            records.append(dict(prov, **which, shape=r["shape"],
                                 steps=r["steps"], system=args.system,
                                 max_depth=depth,
                                 fused_depth=r.get("fused_depth"),

@@ -89,7 +89,8 @@ cs_tb2d_depth_of_taps(int k, int taps)
         return CS_TB2D_MAX_DEPTH;
     }
     if (taps != CS_CC2D_PLUS && taps != CS_CC2D_RANK1) {
-        return 0; /* a full-rank box of k * k taps a cell */
+        /* a full-rank box: k * k multiply-adds a cell and level */
+        return k == 5 ? CS_TB2D_MAX_DEPTH_BOX_5 : CS_TB2D_MAX_DEPTH_BOX_7;
     }
     return k == 5 ? CS_TB2D_MAX_DEPTH_5 : CS_TB2D_MAX_DEPTH_7;
 }

@@ -31,6 +31,8 @@ enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
 #define CS_TB2D_MAX_DEPTH_5 4 /* ... of a plus or an outer product of
                                  side 5 */
 #define CS_TB2D_MAX_DEPTH_7 3 /* ... of side 7 */
+#define CS_TB2D_MAX_DEPTH_BOX_5 4 /* ... of a full-rank box of side 5 */
+#define CS_TB2D_MAX_DEPTH_BOX_7 3 /* ... of side 7 */
 #define CS_TB2D_MIN_EXTENT 16 /* tb2d: rows and columns of a grid it runs
                                  (a tile holds the cells the modes map
                                  its margins to) */
@@ -71,8 +73,9 @@ cs_cc2d_taps_factored(const int size[3], const double *weights, double *col,
  * a plus or an outer product of side 5 and CS_TB2D_MAX_DEPTH_7 (3) of
  * side 7 (their margins, k - 1 columns per step, and the partial
  * rows each step keeps in registers: deeper ones spill, and star2d13p ran
- * slower at 4, h100_2d_tb2d_depth.md); 0 when tb2d does not run the
- * kernel (other extents, a full-rank box of side 5 or 7).
+ * slower at 4, h100_2d_tb2d_depth.md), CS_TB2D_MAX_DEPTH_BOX_5 and
+ * CS_TB2D_MAX_DEPTH_BOX_7 for a full-rank box; 0 when tb2d does not run
+ * the kernel (other extents).
  */
 int
 cs_tb2d_max_depth(const int size[3], const double *weights);

@@ -16,7 +16,8 @@ passes on CUDA cores with their band recomputed in place included), the halo fil
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
 end fix-up, partial last rows, payloads 7, 15 and 31, and between device
 arrays without a load or a store), tb2d's temporal
-blocking (planar 3 x 3 kernels, pluses and outer products, passes and a
+blocking (planar 3 x 3 kernels, pluses, outer products and full-rank
+boxes, passes and a
 tail pass), tb3d's (3 x 3 x 3 stars and outer products), and engine
 sessions (a grid kept in the engine's layout across rounds, boxes copied
 out of and into it between them).  Each result is
@@ -168,8 +169,9 @@ def main():
 
 def tb2d_cases(rng):
     """tb2d: planar 3 x 3 kernels (a plus, an outer product, a box) and
-    pluses and outer products of sides 5 and 7 on CUDA cores, T steps per
-    trip to memory (depth 8, 4 or 3, then a tail pass), tiles past every
+    pluses, outer products and full-rank boxes of sides 5 and 7 on CUDA
+    cores, T steps per trip to memory (depth 8, 4 or 3, then a tail
+    pass), tiles past every
     edge and several tiles per row and column, every mode; between the
     caller's CuPy arrays (no load, no store) where CuPy is there."""
     ok = True
@@ -178,9 +180,12 @@ def tb2d_cases(rng):
     box3 = rng.uniform(0.1, 1.0, (3, 3))
     # an outer product of side 5 with exact products (the planner's test)
     outer5 = np.outer([1.0, 4.0, 6.0, 4.0, 1.0], [1.0, 2.0, 3.0, 2.0, 1.0])
+    box5 = rng.uniform(-0.3, 1.0, (5, 5))
+    box7 = rng.uniform(-0.3, 1.0, (7, 7))
     for w in (cs.Stencil("heat2d").weights, cs.Stencil("box2d9p").weights,
               box3 / box3.sum(), cs.Stencil("star2d13p").weights, plus5,
-              cs.Stencil("box2d49p").weights, outer5 / 256.0):
+              cs.Stencil("box2d49p").weights, outer5 / 256.0,
+              box5 / np.abs(box5).sum(), box7 / np.abs(box7).sum()):
         for shape in ((70, 200), (301, 517)):
             for mode in MODES:
                 ok &= check(rng.standard_normal(shape), w, 11, mode,

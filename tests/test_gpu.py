@@ -572,19 +572,33 @@ def random_plus(rng, side):
     return w / np.abs(w).sum()
 
 
+def random_box(rng, side):
+    """A random signed full-rank box (every weight set, a few negative)."""
+    return random_weights(rng, 2, side, shape=(side, side))
+
+
+# tb2d's steps per pass of the kernels of sides 5 and 7 (csrc/plan.h:
+# CS_TB2D_MAX_DEPTH_5, _7, CS_TB2D_MAX_DEPTH_BOX_5, _7)
+TB2D_WIDE_DEPTH = {("plus", 5): 4, ("plus", 7): 3, ("outer", 5): 4,
+                   ("outer", 7): 3, ("box", 5): 4, ("box", 7): 3}
+
+
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("shape", [(16, 16), (17, 300), (301, 129),
                                    (3, 40, 50), (1000, 1100)],
                          ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("side,top", [(5, 4), (7, 3)])
-@pytest.mark.parametrize("make", [random_plus, exact_outer],
-                         ids=["plus", "outer"])
-def test_tb2d_random_pluses_and_outer_products(make, side, top, shape, mode,
-                                                cval, rng):
-    """Random pluses and outer products of sides 5 and 7 on the grids
-    above (an outer product's rows filtered once): one pass, passes plus
-    a tail pass of every kind."""
+@pytest.mark.parametrize("side", [5, 7])
+@pytest.mark.parametrize("kind,make", [("plus", random_plus),
+                                       ("outer", exact_outer),
+                                       ("box", random_box)],
+                         ids=["plus", "outer", "box"])
+def test_tb2d_random_pluses_outer_products_and_boxes(kind, make, side, shape,
+                                                     mode, cval, rng):
+    """Random pluses, outer products and full-rank boxes of sides 5 and 7
+    on the grids above (an outer product's rows filtered once, a box's
+    every tap): one pass, passes plus a tail pass of every kind."""
     w = make(rng, side)
+    top = TB2D_WIDE_DEPTH[kind, side]
     if len(shape) == 3:
         w = w[None]
     for steps in (1, top, 2 * top + 1, 13):

@@ -20,6 +20,9 @@ MODE = {"constant": _core.MODE_CONSTANT, "wrap": _core.MODE_WRAP,
         "mirror": _core.MODE_MIRROR}
 MODES = list(MODE)
 AUTO, TC, CC = _core.PATH_AUTO, _core.PATH_TENSOR_CORE, _core.PATH_CUDA_CORE
+# tb2d's steps per pass of a full-rank box of side 5 and 7
+# (CS_TB2D_MAX_DEPTH_BOX_5 and _7)
+TB2D_BOX_DEPTH = {5: 4, 7: 3}
 
 
 def grid_for(ndim, n2=4096, n3=96):
@@ -55,15 +58,17 @@ def is_outer(w2):
 
 def tb2d_max_depth(w):
     """tb2d's most steps per pass of w (0: tb2d does not run it): any
-    planar 3 x 3 kernel 8, a planar plus or outer product of side 5 4,
-    of side 7 3."""
+    planar 3 x 3 kernel 8; a planar plus, outer product or full-rank box
+    of side 5 4, of side 7 3 (a box: csrc/plan.h's BOX caps)."""
     kz, ky, kx = sides3(w)
     if kz != 1 or ky != kx:
         return 0
     if ky == 3:
         return 8
     w2 = w.reshape(ky, kx)
-    return {5: 4, 7: 3}.get(ky, 0) if is_plus(w2) or is_outer(w2) else 0
+    if is_plus(w2) or is_outer(w2):
+        return {5: 4, 7: 3}.get(ky, 0)
+    return TB2D_BOX_DEPTH.get(ky, 0)
 
 
 def tb3d_max_depth(w, shape):
@@ -294,10 +299,10 @@ def test_tb3d_depth_fits_the_shared_memory(name):
 
 
 @pytest.mark.parametrize("side", [5, 7])
-def test_tb2d_takes_pluses_and_outer_products_not_boxes(side, rng):
-    """tb2d runs pluses and outer products of sides 5 and 7; a full-rank
-    box of those sides (a plus with one weight off its arms, an outer
-    product with one weight changed) steps one by one on cc2d."""
+def test_tb2d_takes_pluses_outer_products_and_boxes(side, rng):
+    """tb2d runs pluses and outer products of sides 5 and 7, and full-rank
+    boxes of those sides (a plus with one weight off its arms, an outer
+    product with one weight changed) at their own depth."""
     top = {5: 4, 7: 3}[side]
     w = np.zeros((side, side))
     r = side // 2
@@ -308,7 +313,9 @@ def test_tb2d_takes_pluses_and_outer_products_not_boxes(side, rng):
         assert (p["pass"], p["fused_depth"]) == ("tb2d", top), p
         kernel[0, 0] += 0.01
         p = _core.plan((100, 100), kernel, MODE["mirror"], 9, CC)
-        assert (p["pass"], p["fused_depth"]) == ("none", 1), p
+        assert (p["pass"], p["fused_depth"]) \
+            == ("tb2d", TB2D_BOX_DEPTH[side]), p
+        assert _core.kernel_taps(kernel)["cc2d"] == "box"
 
 
 def test_too_small_for_the_band_is_not_fused():

@@ -67,9 +67,8 @@ launch_depth(cs_cuda_ctx *ctx, tbs_params *p, int depth)
 }
 
 /* The instance of radius R for the tap set `shape` and `depth` (1 to
-   TOP).  Boxes are built for radius 1 only: cs_tb2d_max_depth leaves
-   full-rank boxes of sides 5 and 7 to cc2d. */
-template <int R, bool FLAGS, int TOP>
+   TOP for pluses and outer products, 1 to BOX_TOP for full-rank boxes). */
+template <int R, bool FLAGS, int TOP, int BOX_TOP>
 static cs_status
 launch_shape(cs_cuda_ctx *ctx, tbs_params *p, int depth, int shape)
 {
@@ -79,35 +78,28 @@ launch_shape(cs_cuda_ctx *ctx, tbs_params *p, int depth, int shape)
     case CS_CC2D_RANK1:
         return launch_depth<R, CS_CC2D_RANK1, FLAGS, TOP>(ctx, p, depth);
     default:
-        if constexpr (R == 1) {
-            return launch_depth<1, CS_CC2D_BOX, FLAGS, TOP>(ctx, p, depth);
-        } else {
-            cs_cuda_message(ctx, "cs_cuda_tb2d_pass: no instance for a box "
-                                 "of radius %d",
-                            R);
-            return CS_ERR_INVALID;
-        }
+        return launch_depth<R, CS_CC2D_BOX, FLAGS, BOX_TOP>(ctx, p, depth);
     }
 }
 
 /* The instance for the kernel's side, tap set and `depth` (1 to
    cs_tb2d_max_depth's): radius 1 in tb2d_3x3.cu, tb2d_3x3_deep.cu and
    tb2d_rank1.cu; pluses of sides 5 and 7 in tb2d_plus.cu, their outer
-   products in tb2d_rank1_wide.cu. */
+   products in tb2d_rank1_wide.cu, full-rank boxes in tb2d_box_wide.cu. */
 template <bool FLAGS>
 static cs_status
 tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int shape)
 {
     switch (side) {
     case 7:
-        return launch_shape<3, FLAGS, CS_TB2D_MAX_DEPTH_7>(ctx, p, depth,
-                                                           shape);
+        return launch_shape<3, FLAGS, CS_TB2D_MAX_DEPTH_7,
+                            CS_TB2D_MAX_DEPTH_BOX_7>(ctx, p, depth, shape);
     case 5:
-        return launch_shape<2, FLAGS, CS_TB2D_MAX_DEPTH_5>(ctx, p, depth,
-                                                           shape);
+        return launch_shape<2, FLAGS, CS_TB2D_MAX_DEPTH_5,
+                            CS_TB2D_MAX_DEPTH_BOX_5>(ctx, p, depth, shape);
     default:
-        return launch_shape<1, FLAGS, CS_TB2D_MAX_DEPTH>(ctx, p, depth,
-                                                         shape);
+        return launch_shape<1, FLAGS, CS_TB2D_MAX_DEPTH,
+                            CS_TB2D_MAX_DEPTH>(ctx, p, depth, shape);
     }
 }
 
@@ -120,8 +112,7 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     tbs_params p;
     memset(&p, 0, sizeof(p));
     /* the tap set, and an outer product's factors: it filters each row
-       once (2 k multiply-adds a cell, not k * k); the planner takes tb2d
-       at sides 5 and 7 only for pluses and outer products */
+       once (2 k multiply-adds a cell, not k * k) */
     const int shape =
         cs_cc2d_taps_factored(k->size, k->host_weights, p.col, p.row);
     int ok = in->origin != NULL && out->origin != NULL

@@ -2,9 +2,10 @@
  * tb2d.cuh -- what tb2d.cu (the host side of tb2d) and the files that
  * instantiate its kernels share: the launch shape, the parameters, the
  * launch template and the strip layout.  The method is in
- * tb2d_kernel.cuh; the instances are compiled in five files
+ * tb2d_kernel.cuh; the instances are compiled in six files
  * (tb2d_3x3.cu, tb2d_3x3_deep.cu, tb2d_rank1.cu, tb2d_plus.cu,
- * tb2d_rank1_wide.cu) so that nvcc builds them in parallel.
+ * tb2d_rank1_wide.cu, tb2d_box_wide.cu) so that nvcc builds them in
+ * parallel.
  */
 #ifndef CS_TB2D_CUH
 #define CS_TB2D_CUH
