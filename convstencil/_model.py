@@ -57,9 +57,11 @@ MEM_FRACTION = {
     "cc2d": 0.91,      # h100_2d.md: cc2d 170.2 to 172.4 of 187.4
     "cc3d": 0.91,      # h100_3d_depth_cuda_core.md: depth 1, 170.7 of 186.6
     "cudacore": 0.60,  # h100_1d.md: heat1d on cudacore.cu, 112.7 of 187.9
-    "tb2d": 0.85,      # assumed as the other kernels: one read of the
-                       # tile with its margins and one write per pass (never
-                       # the bound at the depths measured)
+    "tb2d": 0.93,      # the depth-1 passes of h100_2d_tb2d_depth.md,
+                       # _outer.md and _box.md (star2d13p, box2d49p,
+                       # random 7 x 7 and 5 x 5: 0.99 to 1.09 of the
+                       # model's time); the strips' margins, read twice,
+                       # are priced as read from memory
     "tb3d": 0.90,      # h100_3d_tb3d_depth.md: depths 1 and 2, the
                        # memory-bound ones (143 and 274)
 }
@@ -112,6 +114,11 @@ TB2D_EXTRA_ROUNDS = 1
 TB2D_OVERHEAD_OPS = 3.9
 TB2D_FP64_FRACTION = 0.858
 TB2D_SHUFFLE_OPS = 4.26
+# A kernel of many taps a cell (a full-rank box of side 5 or 7) is bound
+# by the FP64 units' multiply-adds alone, at TB2D_FMA_FRACTION of their
+# peak: fitted to random boxes of sides 7 (depths 1 to 3) and 5 (depths
+# 3 and 4) at 10240^2 (h100_2d_tb2d_depth_box.md: 0.58 to 0.65).
+TB2D_FMA_FRACTION = 0.59
 
 # tc2d's tile (csrc/cuda/tc2d.cu, also tc3d's: 32 rows x 128 columns).
 TC_TILE_ROWS = 32
@@ -303,9 +310,12 @@ def _tb2d_pass(w, shape, depth, rates):
     bytes_ = 8.0 * (TB2D_STRIP * strips * (rows + 2 * halo) * segs
                     + nx * ny) / (nx * ny)
     others = TB2D_OVERHEAD_OPS + TB2D_SHUFFLE_OPS * (radius - 1)
-    issue = 2.0 * (macs + others) * depth * redundancy * idle
+    # instruction issue, or the multiply-adds alone where they take longer
+    # (at TB2D_FP64_FRACTION of the peak: 1 stands for the larger share)
+    issue = max(2.0 * (macs + others) / TB2D_FP64_FRACTION,
+                2.0 * macs / TB2D_FMA_FRACTION) * depth * redundancy * idle
     return _blocked_pass("tb2d", depth, npts, bytes_, useful, executed,
-                         issue, TB2D_FP64_FRACTION, rates)
+                         issue, 1.0, rates)
 
 
 # tb3d (csrc/cuda/tb3d.cu): one block of TB3D_THREADS threads per SM

@@ -31,8 +31,9 @@ enum { CS_CC2D_BOX = 0, CS_CC2D_PLUS = 1, CS_CC2D_RANK1 = 2 };
 #define CS_TB2D_MAX_DEPTH_5 4 /* ... of a plus or an outer product of
                                  side 5 */
 #define CS_TB2D_MAX_DEPTH_7 3 /* ... of side 7 */
-#define CS_TB2D_MAX_DEPTH_BOX_5 4 /* ... of a full-rank box of side 5 */
-#define CS_TB2D_MAX_DEPTH_BOX_7 3 /* ... of side 7 */
+#define CS_TB2D_MAX_DEPTH_BOX_5 3 /* ... of a full-rank box of side 5
+                                     (measured: cs_tb2d_max_depth) */
+#define CS_TB2D_MAX_DEPTH_BOX_7 1 /* ... of side 7 */
 #define CS_TB2D_MIN_EXTENT 16 /* tb2d: rows and columns of a grid it runs
                                  (a tile holds the cells the modes map
                                  its margins to) */
@@ -73,9 +74,13 @@ cs_cc2d_taps_factored(const int size[3], const double *weights, double *col,
  * a plus or an outer product of side 5 and CS_TB2D_MAX_DEPTH_7 (3) of
  * side 7 (their margins, k - 1 columns per step, and the partial
  * rows each step keeps in registers: deeper ones spill, and star2d13p ran
- * slower at 4, h100_2d_tb2d_depth.md), CS_TB2D_MAX_DEPTH_BOX_5 and
- * CS_TB2D_MAX_DEPTH_BOX_7 for a full-rank box; 0 when tb2d does not run
- * the kernel (other extents).
+ * slower at 4, h100_2d_tb2d_depth.md); CS_TB2D_MAX_DEPTH_BOX_5 (3) and
+ * CS_TB2D_MAX_DEPTH_BOX_7 (1) for a full-rank box, whose k * k
+ * multiply-adds a cell and level bind the FP64 units, so that a deeper
+ * pass adds its margins' work and saves no time (H100, 10240^2,
+ * h100_2d_tb2d_depth_box.md: side 7 at 152, 139 and 113 G stencils/s
+ * at depths 1 to 3, side 5 at 170, 256, 271 and 267 at 1 to 4); 0 when
+ * tb2d does not run the kernel (other extents).
  */
 int
 cs_tb2d_max_depth(const int size[3], const double *weights);

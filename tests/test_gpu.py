@@ -580,7 +580,7 @@ def random_box(rng, side):
 # tb2d's steps per pass of the kernels of sides 5 and 7 (csrc/plan.h:
 # CS_TB2D_MAX_DEPTH_5, _7, CS_TB2D_MAX_DEPTH_BOX_5, _7)
 TB2D_WIDE_DEPTH = {("plus", 5): 4, ("plus", 7): 3, ("outer", 5): 4,
-                   ("outer", 7): 3, ("box", 5): 4, ("box", 7): 3}
+                   ("outer", 7): 3, ("box", 5): 3, ("box", 7): 1}
 
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)
@@ -601,7 +601,7 @@ def test_tb2d_random_pluses_outer_products_and_boxes(kind, make, side, shape,
     top = TB2D_WIDE_DEPTH[kind, side]
     if len(shape) == 3:
         w = w[None]
-    for steps in (1, top, 2 * top + 1, 13):
+    for steps in sorted({1, 2, top, 2 * top + 1, 13}):
         check_cuda_core_depth(shape, w, steps, mode, cval, top, rng)
 
 

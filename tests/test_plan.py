@@ -22,7 +22,7 @@ MODES = list(MODE)
 AUTO, TC, CC = _core.PATH_AUTO, _core.PATH_TENSOR_CORE, _core.PATH_CUDA_CORE
 # tb2d's steps per pass of a full-rank box of side 5 and 7
 # (CS_TB2D_MAX_DEPTH_BOX_5 and _7)
-TB2D_BOX_DEPTH = {5: 4, 7: 3}
+TB2D_BOX_DEPTH = {5: 3, 7: 1}
 
 
 def grid_for(ndim, n2=4096, n3=96):
