@@ -213,7 +213,8 @@ def main():
                           bandwidth / 1e9, floor), flush=True)
 
     records = []
-    kernels = {name: common.kernel_of(name) for name in args.presets.split(",")}
+    kernels = {name: common.kernel_of(name)
+               for name in args.presets.split(",")}
 
     def record(preset, grid_shape, steps, system, gs, **extra):
         records.append(dict(prov, **kernels[preset][1],
@@ -335,9 +336,9 @@ def markdown(table, args, prov, bandwidth, floor):
         lines += ["", "CUDA cores: planar 3 x 3 kernels (heat2d, box2d9p) "
                   "run temporally blocked on tb2d, up to 8 steps per pass, "
                   "and pluses and outer products of side 5 and 7 "
-                  "(star2d13p, box2d49p) up to 4 and 3; full-rank planar "
-                  "squares of side 5 and 7 (random7x7) step by step on "
-                  "cc2d, every tap (docs/ARCHITECTURE.md)."]
+                  "(star2d13p, box2d49p) up to 4 and 3, full-rank "
+                  "planar squares of side 5 and 7 (random5x5, random7x7) "
+                  "up to 3 and 1, every tap (docs/ARCHITECTURE.md)."]
     return "\n".join(lines) + "\n"
 
 

@@ -15,9 +15,8 @@ tiles, fused passes with the band fix-up (along z too), the CUDA-core step in
 passes on CUDA cores with their band recomputed in place included), the halo fill of every
 boundary mode, and 1D grids folded into rows (the fold's halo fill and
 end fix-up, partial last rows, payloads 7, 15 and 31, and between device
-arrays without a load or a store), tb2d's temporal
-blocking (planar 3 x 3 kernels, pluses, outer products and full-rank
-boxes, passes and a
+arrays without a load or a store), tb2d's temporal blocking (planar 3
+x 3 kernels, pluses, outer products and full-rank boxes, passes and a
 tail pass), tb3d's (3 x 3 x 3 stars and outer products), and engine
 sessions (a grid kept in the engine's layout across rounds, boxes copied
 out of and into it between them).  Each result is

@@ -5,8 +5,8 @@
  * and the steps themselves touch no shared memory (the 2.5D blocking of
  * the blocking seed, as the streaming kernels of AN5D and EBISU do it).
  * It runs any 3 x 3 kernel, and pluses (nonzero weights on the centre
- * row and column, as star2d13p) and outer products (box2d49p) of sides
- * 5 and 7: radius R = 1, 2, 3.
+ * row and column, as star2d13p), outer products (box2d49p) and full-rank
+ * boxes of sides 5 and 7: radius R = 1, 2, 3.
  *
  * A warp owns a strip of SW = 32 V columns (lane l holds columns
  * l V .. l V + V - 1) and a segment of rows.  It reads rows of level 0
