@@ -649,7 +649,7 @@ static void expect_device_selection(cs_status none) {
 }
 
 // tb2d (cuda-core path, planar 3 x 3 (a plus, an outer product, a box)
-// and pluses and outer products of sides 5 and 7):
+// and pluses, outer products and full-rank boxes of sides 5 and 7):
 // every mode, passes of the most steps and a tail pass of every depth,
 // strips moved back at the far edges, edges inside a lane (widths odd),
 // grids narrower than a strip, several planes and segments.
@@ -662,8 +662,15 @@ static void tb2d_cases(bool quick) {
     Kern o3 = make_rank1("rank1_3x3", 3);
     Kern o5 = make_rank1("rank1_5x5", 5);
     Kern o7 = make_rank1("rank1_7x7", 7);
+    Kern b5 = make_kernel("box5x5", 2, 1, 5, 5, false, true);
+    Kern b7 = make_kernel("box7x7", 2, 1, 7, 7, false, true);
     for (int m = 0; m < CS_MODE_COUNT; m++) {
         cs_mode mode = (cs_mode)m;
+        // full-rank boxes of sides 5 and 7 (every tap; 3 and 1 steps a
+        // pass)
+        run_case(b5, 2, 23, 45, mode, 0.25, 7, CC, false, "cuda-core", 3);
+        run_case(b7, 1, 40, 90, mode, 0.5, 3, CC, false, "cuda-core", 1);
+        device_array_case(b5, 1, 33, 70, CS_DTYPE_FLOAT64, 8, put<double>, false, false, false, mode, 5, CC, 0, COPIES_NONE);
         // outer products of sides 5 and 7 (box2d49p's shape)
         run_case(o7, 1, 40, 90, mode, 0.5, 7, CC, false, "cuda-core", 3);
         run_case(o5, 2, 23, 45, mode, 0.25, 9, CC, false, "cuda-core", 4);
@@ -692,6 +699,8 @@ static void tb2d_cases(bool quick) {
         run_case(p5, 1, 16, 16, mode, 1.0, 13, CC, false, "cuda-core", 4);
         run_case(o7, 1, 16, 17, mode, -1.5, 3, CC, false, "cuda-core", 3);
         run_case(o5, 1, 57, 131, mode, 0.75, 11, CC, false, "cuda-core", 4);
+        run_case(b5, 1, 16, 17, mode, -1.5, 2, CC, false, "cuda-core", 2);
+        run_case(b7, 2, 57, 131, mode, 0.75, 2, CC, false, "cuda-core", 1);
     }
 }
 
@@ -941,11 +950,11 @@ int main(int argc, char **argv) {
     run_case(heat3d, 2, 3, 4, CS_MODE_CONSTANT, 0.25, 2, CC, false, "cuda-core", 1);
     run_case(box27, 10, 140, 16, CS_MODE_REFLECT, 0.0, 1, CC, false, "cuda-core", 1);  // narrow
     run_case(heat3d, 9, 130, 7, CS_MODE_WRAP, 0.0, 3, CC, false, "cuda-core", 2);     // narrow
-    // planar squares of side 5 and 7 (cc2d): AUTO takes CUDA cores; a
-    // planar kernel on every plane of a 3D grid; side 3 stays on tensor
-    // cores, which fuse it
+    // planar squares of side 5 and 7 (tb2d: full-rank boxes 1 and 3 steps
+    // a pass): AUTO takes CUDA cores; a planar kernel on every plane of a
+    // 3D grid; side 3 stays on tensor cores, which fuse it
     run_case(box49, 1, 70, 131, CS_MODE_CONSTANT, 1.0, 2, AUTO, false, "cuda-core", 1);
-    run_case(k55, 3, 40, 131, CS_MODE_WRAP, 0.0, 2, CC, false, "cuda-core", 1);
+    run_case(k55, 3, 40, 131, CS_MODE_WRAP, 0.0, 2, CC, false, "cuda-core", 2);
     run_case(star13, 2, 9, 7, CS_MODE_MIRROR, 0.0, 3, AUTO, false, "cuda-core", 1);
     run_case(box9, 1, 70, 15, CS_MODE_NEAREST, 0.0, 2, CC, false, "cuda-core", 1);  // cc2d: under tb2d's 16 columns
     // outer products (a pass along x, then y), and one nudged off rank one
