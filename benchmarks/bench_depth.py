@@ -7,11 +7,11 @@ For each d in --depths it runs
 
 (its result files go to a temporary folder) and tabulates one
 path (--system: the tensor-core path `convstencil-tc` by default, or the
-CUDA-core path `convstencil-cudacore`, tb2d for planar 3 x 3 kernels
-and pluses; every time step counted, a fused pass of k steps counts k)
+CUDA-core path `convstencil-cudacore`, tb2d for planar kernels of side
+3, 5 and 7; every time step counted, a fused pass of k steps counts k)
 per preset (or "randomKxK", as bench_gpu.py takes it) and depth, with
-the depth the engine fused and the rate per pass.  Timing, checks and data are
-bench_gpu.py's.
+the depth the engine fused and the rate per pass.  Timing, checks and
+data are bench_gpu.py's.
 
     python benchmarks/bench_depth.py --presets heat1d --save h100_1d_depth
         -- --size1d 134217728 --odd1d '' --no-baselines --repeat 3

@@ -310,8 +310,10 @@ def _tb2d_pass(w, shape, depth, rates):
     bytes_ = 8.0 * (TB2D_STRIP * strips * (rows + 2 * halo) * segs
                     + nx * ny) / (nx * ny)
     others = TB2D_OVERHEAD_OPS + TB2D_SHUFFLE_OPS * (radius - 1)
-    # instruction issue, or the multiply-adds alone where they take longer
-    # (at TB2D_FP64_FRACTION of the peak: 1 stands for the larger share)
+    # the longer of instruction issue (every operation, at
+    # TB2D_FP64_FRACTION of the FP64 peak) and the multiply-adds alone (at
+    # TB2D_FMA_FRACTION); the fractions are folded in, so the pass takes
+    # the peak as it is
     issue = max(2.0 * (macs + others) / TB2D_FP64_FRACTION,
                 2.0 * macs / TB2D_FMA_FRACTION) * depth * redundancy * idle
     return _blocked_pass("tb2d", depth, npts, bytes_, useful, executed,
