@@ -27,8 +27,8 @@ from . import _core
 # GPU constants (H100 80GB HBM3, SXM)
 
 H100 = {
-    # copy bandwidth, read + write: benchmarks/results/h100_2d.md (2999),
-    # h100_1d.md (3006), h100_3d.md (3006 GB/s)
+    # copy bandwidth, read + write: benchmarks/results/h100_2d.md (2997),
+    # h100_1d.md (3006), h100_3d.md (3014 GB/s)
     "bandwidth": 3.0e12,
     # FP64 peaks of the H100 SXM datasheet: tensor cores, CUDA cores
     "tensor_flops": 67e12,
@@ -54,7 +54,8 @@ MEM_FRACTION = {
     "tc1d": 0.85,      # h100_1d_depth.md: tc1d payload 15, 159 of 187.9
     "tc3d": 0.62,      # h100_3d.md: heat3d on tc3d, 116.0 of 186.6 (its
                        # point planes are read from global memory)
-    "cc2d": 0.91,      # h100_2d.md: cc2d 170.2 to 172.4 of 187.4
+    "cc2d": 0.91,      # h100_2d.md as committed in 6936709: cc2d 170.2
+                       # to 172.4 of 187.4
     "cc3d": 0.91,      # h100_3d_depth_cuda_core.md: depth 1, 170.7 of 186.6
     "cudacore": 0.60,  # h100_1d.md: heat1d on cudacore.cu, 112.7 of 187.9
     "tb2d": 0.93,      # the depth-1 passes of h100_2d_tb2d_depth.md,
@@ -83,8 +84,9 @@ FP64_FRACTION = {"box": 0.40, "plus": 0.40, "rank1": 0.40, "diamond": 0.24,
 # stencil2row operands: the bytes per output come from layout.h (below)
 # and match Nsight Compute (h100_ncu_tc2d.md: 104 B of operand loads and
 # 21 B of stores per output of a 7 x 7 pass); the rate is fitted to tc2d
-# running 7 x 7 kernels at 144.8 and 143.6 G points/s (h100_2d.md,
-# star2d13p and box2d49p on tensor cores) x 125.7 B.
+# running 7 x 7 kernels at 144.8 and 143.6 G points/s (h100_2d.md as
+# committed in 6936709, star2d13p and box2d49p on tensor cores; 145.2
+# and 144.8 at 8742ccf) x 125.7 B.
 SMEM_RATE = 18.2e12
 
 # tb2d (csrc/cuda/tb2d.cu): each warp streams a strip of TB2D_STRIP
