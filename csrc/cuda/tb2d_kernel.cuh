@@ -522,12 +522,27 @@ tbs_kernel(tbs_params p)
     s.stores = lane >= M / V && lane < (SW - M) / V;
     unsigned bad = 0; /* bit 0: an input value, bit 1: a result value is
                          not finite (checked where the flags are given) */
+    tbs_params q = p;
+    if constexpr (SHAPE == CS_CC2D_BOX && R == 2) {
+        /* a full-rank 5 x 5 box's weights in registers: from the constant
+           bank every multiply-add of the row loop takes a load of its own
+           (ULDC.64, 49 of the 7 x 7's 214 instructions a row); a shuffle's
+           result is one ptxas cannot load again.  H100, 10240^2, depth 3:
+           318 against 288 G stencils/s; the 7 x 7's 49 weights ran slower
+           so (147 against 158: h100_tb2d_box_weights.md) */
+        constexpr int K = 2 * R + 1;
+        const double mine = p.w[lane < K * K ? lane : 0];
+#pragma unroll
+        for (int i = 0; i < K * K; i++) {
+            q.w[i] = __shfl_sync(0xffffffffu, mine, i);
+        }
+    }
     if (ox >= 0 && ox + SW <= p.nx) {
         stream_strip<V, R, T, SHAPE, FLAGS, false, false, tbs_unroll(R)>(
-            p, s, ring, bad);
+            q, s, ring, bad);
     } else if (p.mode == CS_MODE_WRAP) { /* columns read mapped, all real */
         stream_strip<V, R, T, SHAPE, FLAGS, false, true, tbs_unroll(R)>(
-            p, s, ring, bad);
+            q, s, ring, bad);
     } else {
 #pragma unroll
         for (int j = 0; j < V; j++) {
@@ -537,7 +552,7 @@ tbs_kernel(tbs_params p)
                         : (int)(m < 0 ? 0 : m < SW ? m : SW - 1);
         }
         stream_strip<V, R, T, SHAPE, FLAGS, true, true, tbs_unroll(R)>(
-            p, s, ring, bad);
+            q, s, ring, bad);
     }
     cs_copy_wait<0>();
     /* every writer writes 1: no ordering needed, and none in the common,
