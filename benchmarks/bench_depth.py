@@ -47,12 +47,6 @@ def run_depth(depth, presets, passthrough):
             return json.load(f)
 
 
-def stencil_name(record):
-    """The --presets name of a bench_gpu.py record: its preset, or
-    "randomKxK" for its kernel "random KxK"."""
-    return record.get("preset") or record["kernel"].replace(" ", "")
-
-
 def main():
     argv = sys.argv[1:]
     passthrough = []
@@ -78,7 +72,7 @@ def main():
                 prov = common.provenance(r["device"])
             if r["system"] != args.system:
                 continue
-            key = (stencil_name(r), depth)
+            key = (common.stencil_name(r), depth)
             # the largest grid of the preset (the main shape when there
             # are several)
             if key in rates and rates[key][2] >= r["shape"]:

@@ -46,6 +46,12 @@ def kernel_of(name):
     return w, dict(kernel="random %dx%d" % (k, k), seed=RANDOM_SEED)
 
 
+def stencil_name(record):
+    """The name kernel_of took for a record: its preset, or "randomKxK"
+    for its kernel "random KxK"."""
+    return record.get("preset") or record["kernel"].replace(" ", "")
+
+
 def median_step_loop(run, repeat):
     """Median step-loop device seconds (last_run_info()) of `repeat`
     calls of run(), after one call that warms the engine up (its

@@ -272,12 +272,13 @@ def _launch_idle(items, resident, extra_rounds):
 
 
 def _blocked_pass(kind, depth, npts, bytes_, useful, executed, issue,
-                  fp64_fraction, rates):
-    """A tb2d or tb3d pass: memory against instruction issue (`issue`
-    FP64-unit operations per point at fp64_fraction of the peak)."""
+                  rates):
+    """A tb2d or tb3d pass: memory against instruction issue (`issue`:
+    FP64-unit operations per point, each already divided by the fraction
+    of the peak the kernel reaches on it)."""
     res = {
         "memory": npts * bytes_ / (rates["bandwidth"] * MEM_FRACTION[kind]),
-        "FP64 units": npts * issue / (rates["fp64_flops"] * fp64_fraction),
+        "FP64 units": npts * issue / rates["fp64_flops"],
     }
     seconds, bound = _pass_time(res, 1, rates)
     return Pass("fused pass", kind, 0, depth, bytes_, useful, executed,
@@ -314,12 +315,11 @@ def _tb2d_pass(w, shape, depth, rates):
     others = TB2D_OVERHEAD_OPS + TB2D_SHUFFLE_OPS * (radius - 1)
     # the longer of instruction issue (every operation, at
     # TB2D_FP64_FRACTION of the FP64 peak) and the multiply-adds alone (at
-    # TB2D_FMA_FRACTION); the fractions are folded in, so the pass takes
-    # the peak as it is
+    # TB2D_FMA_FRACTION)
     issue = max(2.0 * (macs + others) / TB2D_FP64_FRACTION,
                 2.0 * macs / TB2D_FMA_FRACTION) * depth * redundancy * idle
     return _blocked_pass("tb2d", depth, npts, bytes_, useful, executed,
-                         issue, 1.0, rates)
+                         issue, rates)
 
 
 # tb3d (csrc/cuda/tb3d.cu): one block of TB3D_THREADS threads per SM
@@ -380,9 +380,9 @@ def _tb3d_pass(w, shape, depth, rates):
     executed = 2.0 * macs * depth * redundancy
     bytes_ = 8.0 * (redundancy + 1.0)
     ops = TB3D_ISSUE_OPS["star" if taps == 7 else "outer"]
-    issue = 2.0 * ops * depth * redundancy * idle
+    issue = 2.0 * ops / TB3D_FP64_FRACTION * depth * redundancy * idle
     return _blocked_pass("tb3d", depth, npts, bytes_, useful, executed,
-                         issue, TB3D_FP64_FRACTION, rates)
+                         issue, rates)
 
 
 # the passes that step the kernel themselves, and their tail passes

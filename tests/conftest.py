@@ -41,6 +41,11 @@ gpu = [pytest.mark.gpu,
 #: Backends every backend-parametrized test runs on.
 BACKENDS = ["cpu", "cpu-tc", pytest.param("cuda", marks=gpu, id="cuda")]
 
+# tb2d's steps per pass of planar kernels of sides 5 and 7, by tap set
+# (csrc/plan.h: CS_TB2D_MAX_DEPTH_5, _7, CS_TB2D_MAX_DEPTH_BOX_5, _7)
+TB2D_WIDE_DEPTH = {("plus", 5): 4, ("plus", 7): 3, ("outer", 5): 4,
+                   ("outer", 7): 3, ("box", 5): 3, ("box", 7): 1}
+
 
 def pytest_configure(config):
     config.addinivalue_line(

@@ -169,10 +169,10 @@ def main():
 def tb2d_cases(rng):
     """tb2d: planar 3 x 3 kernels (a plus, an outer product, a box) and
     pluses, outer products and full-rank boxes of sides 5 and 7 on CUDA
-    cores, T steps per trip to memory (depth 8, 4 or 3, then a tail
-    pass), tiles past every
-    edge and several tiles per row and column, every mode; between the
-    caller's CuPy arrays (no load, no store) where CuPy is there."""
+    cores, T steps per trip to memory (depth 8, 4, 3 or 1, then a tail
+    pass), tiles past every edge and several tiles per row and column,
+    every mode; between the caller's CuPy arrays (no load, no store)
+    where CuPy is there."""
     ok = True
     plus5 = np.zeros((5, 5))
     plus5[2, :] = plus5[:, 2] = 0.1

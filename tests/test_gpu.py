@@ -17,7 +17,8 @@ import pytest
 import convstencil as cs
 from convstencil import _backends, _core, _model
 from convstencil._apply import MODE_CODES
-from conftest import assert_close, exact_outer, gpu, random_weights
+from conftest import (TB2D_WIDE_DEPTH, assert_close, exact_outer, gpu,
+                      random_weights)
 
 pytestmark = gpu
 
@@ -575,12 +576,6 @@ def random_plus(rng, side):
 def random_box(rng, side):
     """A random signed full-rank box (every weight set, a few negative)."""
     return random_weights(rng, 2, side, shape=(side, side))
-
-
-# tb2d's steps per pass of the kernels of sides 5 and 7 (csrc/plan.h:
-# CS_TB2D_MAX_DEPTH_5, _7, CS_TB2D_MAX_DEPTH_BOX_5, _7)
-TB2D_WIDE_DEPTH = {("plus", 5): 4, ("plus", 7): 3, ("outer", 5): 4,
-                   ("outer", 7): 3, ("box", 5): 3, ("box", 7): 1}
 
 
 @pytest.mark.parametrize("mode,cval", MODES, ids=MODE_IDS)

@@ -13,16 +13,13 @@ import pytest
 import convstencil
 from convstencil import _core
 from convstencil._presets import PRESETS, preset_weights as _preset
-from conftest import exact_outer
+from conftest import TB2D_WIDE_DEPTH, exact_outer
 
 MODE = {"constant": _core.MODE_CONSTANT, "wrap": _core.MODE_WRAP,
         "nearest": _core.MODE_NEAREST, "reflect": _core.MODE_REFLECT,
         "mirror": _core.MODE_MIRROR}
 MODES = list(MODE)
 AUTO, TC, CC = _core.PATH_AUTO, _core.PATH_TENSOR_CORE, _core.PATH_CUDA_CORE
-# tb2d's steps per pass of a full-rank box of side 5 and 7
-# (CS_TB2D_MAX_DEPTH_BOX_5 and _7)
-TB2D_BOX_DEPTH = {5: 3, 7: 1}
 
 
 def grid_for(ndim, n2=4096, n3=96):
@@ -59,16 +56,15 @@ def is_outer(w2):
 def tb2d_max_depth(w):
     """tb2d's most steps per pass of w (0: tb2d does not run it): any
     planar 3 x 3 kernel 8; a planar plus, outer product or full-rank box
-    of side 5 4, of side 7 3 (a box: csrc/plan.h's BOX caps)."""
+    of side 5 or 7 as TB2D_WIDE_DEPTH says."""
     kz, ky, kx = sides3(w)
     if kz != 1 or ky != kx:
         return 0
     if ky == 3:
         return 8
     w2 = w.reshape(ky, kx)
-    if is_plus(w2) or is_outer(w2):
-        return {5: 4, 7: 3}.get(ky, 0)
-    return TB2D_BOX_DEPTH.get(ky, 0)
+    kind = "plus" if is_plus(w2) else "outer" if is_outer(w2) else "box"
+    return TB2D_WIDE_DEPTH.get((kind, ky), 0)
 
 
 def tb3d_max_depth(w, shape):
@@ -303,18 +299,18 @@ def test_tb2d_takes_pluses_outer_products_and_boxes(side, rng):
     """tb2d runs pluses and outer products of sides 5 and 7, and full-rank
     boxes of those sides (a plus with one weight off its arms, an outer
     product with one weight changed) at their own depth."""
-    top = {5: 4, 7: 3}[side]
     w = np.zeros((side, side))
     r = side // 2
     w[r, :] = rng.uniform(-1, 1, side)
     w[:, r] = rng.uniform(-1, 1, side)
-    for kernel in (w, exact_outer(rng, side)):
+    for kind, kernel in (("plus", w), ("outer", exact_outer(rng, side))):
         p = _core.plan((100, 100), kernel, MODE["mirror"], 9, CC)
-        assert (p["pass"], p["fused_depth"]) == ("tb2d", top), p
+        assert (p["pass"], p["fused_depth"]) \
+            == ("tb2d", TB2D_WIDE_DEPTH[kind, side]), p
         kernel[0, 0] += 0.01
         p = _core.plan((100, 100), kernel, MODE["mirror"], 9, CC)
         assert (p["pass"], p["fused_depth"]) \
-            == ("tb2d", TB2D_BOX_DEPTH[side]), p
+            == ("tb2d", TB2D_WIDE_DEPTH["box", side]), p
         assert _core.kernel_taps(kernel)["cc2d"] == "box"
 
 

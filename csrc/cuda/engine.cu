@@ -47,13 +47,6 @@
  * the plan and what its passes need on the host
  * --------------------------------------------------------------------- */
 
-/* CONVSTENCIL_CUDA_MAX_DEPTH into *cap (0 when it is not set). */
-static cs_status
-env_max_depth(cs_cuda_ctx *ctx, long *cap)
-{
-    return cs_env_count(ctx, "CONVSTENCIL_CUDA_MAX_DEPTH", cap);
-}
-
 /*
  * tc3d: classify the composed kernel's z-planes and build each dense
  * plane's weight matrices for the shared layout (s->plane_w).
@@ -167,7 +160,7 @@ cs_engine_plan(cs_cuda_ctx *ctx, cs_apply_state *s, const ptrdiff_t shape[3],
     memset(&caps, 0, sizeof(caps));
     caps.cc_major = ctx->cc_major;
     caps.smem_optin = (size_t)ctx->smem_optin;
-    CS_TRY(env_max_depth(ctx, &caps.max_depth));
+    CS_TRY(cs_env_count(ctx, "CONVSTENCIL_CUDA_MAX_DEPTH", &caps.max_depth));
     const ptrdiff_t one[3] = {1, 1, 1};
     const int empty = shape[0] == 0 || shape[1] == 0 || shape[2] == 0;
     char msg[256];

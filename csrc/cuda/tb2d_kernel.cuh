@@ -495,6 +495,28 @@ tbs_unroll(int radius)
     return radius == 1 ? TS_UNROLL : 1;
 }
 
+/* A full-rank 5 x 5 box's weights into registers, in q (the parameters
+   the row loop reads, a copy of p).  From the constant bank every
+   multiply-add of the row loop takes a load of its own (ULDC.64, 49 of
+   the 7 x 7's 214 instructions a row); a shuffle's result is one ptxas
+   cannot load again.  H100, 10240^2, depth 3: 318 against 288 G
+   stencils/s; the 7 x 7's 49 weights ran slower so (147 against 158:
+   h100_tb2d_box_weights.md), and other kernels have few weights.  Every
+   lane of the warp calls it. */
+template <int R, int SHAPE>
+static __device__ __forceinline__ void
+weights_in_registers(const tbs_params &p, int lane, tbs_params &q)
+{
+    if constexpr (SHAPE == CS_CC2D_BOX && R == 2) {
+        constexpr int K = 2 * R + 1;
+        const double mine = p.w[lane < K * K ? lane : 0];
+#pragma unroll
+        for (int i = 0; i < K * K; i++) {
+            q.w[i] = __shfl_sync(0xffffffffu, mine, i);
+        }
+    }
+}
+
 template <int V, int R, int T, int SHAPE, bool FLAGS>
 __global__ void __launch_bounds__(TS_WARPS * 32, TS_MIN_BLOCKS)
 tbs_kernel(tbs_params p)
@@ -523,20 +545,7 @@ tbs_kernel(tbs_params p)
     unsigned bad = 0; /* bit 0: an input value, bit 1: a result value is
                          not finite (checked where the flags are given) */
     tbs_params q = p;
-    if constexpr (SHAPE == CS_CC2D_BOX && R == 2) {
-        /* a full-rank 5 x 5 box's weights in registers: from the constant
-           bank every multiply-add of the row loop takes a load of its own
-           (ULDC.64, 49 of the 7 x 7's 214 instructions a row); a shuffle's
-           result is one ptxas cannot load again.  H100, 10240^2, depth 3:
-           318 against 288 G stencils/s; the 7 x 7's 49 weights ran slower
-           so (147 against 158: h100_tb2d_box_weights.md) */
-        constexpr int K = 2 * R + 1;
-        const double mine = p.w[lane < K * K ? lane : 0];
-#pragma unroll
-        for (int i = 0; i < K * K; i++) {
-            q.w[i] = __shfl_sync(0xffffffffu, mine, i);
-        }
-    }
+    weights_in_registers<R, SHAPE>(p, lane, q);
     if (ox >= 0 && ox + SW <= p.nx) {
         stream_strip<V, R, T, SHAPE, FLAGS, false, false, tbs_unroll(R)>(
             q, s, ring, bad);
