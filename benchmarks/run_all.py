@@ -223,10 +223,11 @@ def package_env():
     """PYTHONPATH for the jobs: the checkout first when it holds an
     in-place build (python setup.py build_ext --inplace), so that the
     commit the files record is the code they measure."""
-    if not glob.glob(os.path.join(ROOT, "convstencil", "_core*")):
+    src = os.path.join(ROOT, "src")
+    if not glob.glob(os.path.join(src, "convstencil", "_core*")):
         return {}
     path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": ROOT + (os.pathsep + path if path else "")}
+    return {"PYTHONPATH": src + (os.pathsep + path if path else "")}
 
 
 def git_commit():

@@ -1,7 +1,7 @@
 /*
  * module.c -- convstencil._core, the only CPython/NumPy glue.
  *
- * The Python layer (convstencil/_apply.py) validates and converts every
+ * The Python layer (src/convstencil/_apply.py) validates and converts every
  * argument and allocates the output; this file re-checks what the engine
  * relies on (a wrong call must raise, never crash), builds the engine's
  * kernel, releases the GIL around the engine, and turns status codes into
@@ -26,7 +26,7 @@
 #define CS_NO_CUDA_REASON "built without the CUDA engine"
 #endif
 
-/* Backend codes, exported as BACKEND_* (convstencil/_backends.py). */
+/* Backend codes, exported as BACKEND_* (src/convstencil/_backends.py). */
 enum {
     BACKEND_CPU = 0,
     BACKEND_CPU_TC = 1,

@@ -3,7 +3,7 @@
  *
  * Every choice here was measured on the H100 (benchmarks/results/):
  *  - The Python package does not pass AUTO: it passes the path its
- *    performance model predicts fastest (convstencil/_model.py,
+ *    performance model predicts fastest (src/convstencil/_model.py,
  *    auto_gpu_path).  AUTO is this engine's own rule for callers of the
  *    C API, as measured before tb2d: it takes tensor cores wherever they
  *    run the kernel, faster than

@@ -1,4 +1,4 @@
-"""explain() and the performance model (convstencil/_model.py), on any
+"""explain() and the performance model (src/convstencil/_model.py), on any
 machine: the GPU backends are explained for an assumed H100.
 
 Checks: fields present and consistent for every preset, backend and

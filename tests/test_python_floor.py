@@ -24,7 +24,7 @@ def test_floor_is_declared():
 
 
 @pytest.mark.parametrize("path", sorted(
-    str(p.relative_to(ROOT)) for p in (ROOT / "convstencil").rglob("*.py")))
+    str(p.relative_to(ROOT)) for p in (ROOT / "src" / "convstencil").rglob("*.py")))
 def test_module_parses_as_the_oldest_python(path):
     source = (ROOT / path).read_text()
     ast.parse(source, filename=path, feature_version=declared_floor())
