@@ -298,7 +298,7 @@ def session_cases(rng):
     """Engine sessions (session.cu): rounds of k steps on a device grid,
     the grid's first two rows read out and overwritten between the
     rounds, against the CPU engine doing the same."""
-    from convstencil import _apply, _core, _device
+    from convstencil import _core, _device, _engine
     ok = True
     for name, shape, backend in (("heat2d", (45, 139), "cuda-tc"),
                                  ("box2d49p", (40, 70), "cuda-tc"),
@@ -314,7 +314,7 @@ def session_cases(rng):
         k, rounds, mode = 3, 2, "wrap"
         session, _ = _core.session_open(
             grid.ptr, strides, (1,) * lead + shape, w, k,
-            _apply.MODE_CODES[mode], 0.5,
+            _engine.MODE_CODES[mode], 0.5,
             cs._backends.BACKEND_CODES[backend][1])
         want = host
         box_shape = (2,) + shape[1:]

@@ -397,10 +397,14 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     padded block, and each round exchanges through the session's grid
     (its boxes packed and unpacked by the session) and then runs; the
     store goes to the second block; a non-finite result is reported."""
+    from convstencil import _core, _engine
     from convstencil.distributed import _device_blocks, _run
     log = []
 
     class FakeCore:
+        def __getattr__(self, name):  # the rest (codes, the planner)
+            return getattr(_core, name)
+
         def session_open(self, ptr, strides, shape, w, k, mode, cval, path):
             log.append(("open", ptr, strides, shape, k))
             return "handle", "cuda-core"
@@ -427,7 +431,7 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
             _device_blocks.unpack(types.SimpleNamespace(ptr=8), grid,
                                   (0, 0), (2, 30))
 
-    monkeypatch.setattr(_run, "_core", FakeCore())
+    monkeypatch.setattr(_engine, "_core", FakeCore())
     pads = [types.SimpleNamespace(ptr=100, shape=(12, 30)),
             types.SimpleNamespace(ptr=200, shape=(12, 30))]
     d = types.SimpleNamespace(comm=_OneRank())
@@ -445,3 +449,30 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     log.clear()
     assert _run._session_rounds(d, pads, Link(), w, 3, 1, "wrap", 0.0,
                                 "cuda", times) is None
+
+
+def test_device_block_copy_passes_the_engine_a_path_code(monkeypatch):
+    """Without a GPU: a copy between device blocks reaches the engine's
+    run_device with integer codes (a backend name as its path argument
+    made every distributed call on device blocks raise TypeError)."""
+    from convstencil import _core, _engine
+    from convstencil.distributed import _device_blocks
+    calls = []
+
+    class FakeCore:
+        def __getattr__(self, name):
+            return getattr(_core, name)
+
+        def run_device(self, *args):
+            calls.append(args)
+            for position in (1, 7, 8, 10, 11, 12, 13):  # code, steps, ...
+                assert type(args[position]) is int, (position, args)
+            return {}
+
+    monkeypatch.setattr(_engine, "_core", FakeCore())
+    src = _device_blocks.StridedView(None, 4096, (3, 5), (40, 8))
+    dst = _device_blocks.StridedView(None, 8192, (3, 5), (80, 8))
+    _device_blocks.copy(src, dst)
+    (args,) = calls
+    assert args[0] == 4096 and args[3] == 8192
+    assert args[7] == 0 and args[10] == _core.PATH_AUTO  # steps, path

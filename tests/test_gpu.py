@@ -16,7 +16,7 @@ import pytest
 
 import convstencil as cs
 from convstencil import _backends, _core, _model
-from convstencil._apply import MODE_CODES
+from convstencil._engine import MODE_CODES
 from conftest import (TB2D_WIDE_DEPTH, assert_close, exact_outer, gpu,
                       random_weights)
 

@@ -6,27 +6,13 @@ a CUDA device) run on the GPU and come back as device arrays of their
 own kind (_device.py), with no host copy.  ``every=`` cuts a run into
 segments for a callback, ``progress=`` draws a bar (_watch.py).
 """
-import functools
 import numbers
-import operator
-import threading
 import time
 
 import numpy as np
 
-from . import _backends, _core, _device, _explain, _memory, _presets, _watch
-from ._stencil import Stencil, as_weights
-
-# Mode name -> cs_mode code (csrc/stencil.h, exported by _core).
-MODE_CODES = {"constant": _core.MODE_CONSTANT, "wrap": _core.MODE_WRAP,
-              "nearest": _core.MODE_NEAREST, "reflect": _core.MODE_REFLECT,
-              "mirror": _core.MODE_MIRROR}
-MODE_ALIASES = {"periodic": "wrap"}
-
-# Rebound (never mutated) by each call, so a reader in another thread
-# sees one call's whole record.
-_last_run_info = {}
-
+from . import _backends, _device, _engine, _explain, _host, _memory, _watch
+from ._stencil import resolve_weights
 
 def last_run_info():
     """What the last apply() call in this process ran (a dict copy).
@@ -46,176 +32,28 @@ def last_run_info():
     >>> convstencil.last_run_info()["path"]
     'direct'
     """
-    info = dict(_last_run_info)
+    info = dict(_engine.last_record())
     model_args = info.pop("_model", None)
     if model_args is not None:
         _explain.add_prediction(info, model_args)
     return info
 
 
-@functools.lru_cache(maxsize=64)
-def _preset(name):
-    return Stencil(name).weights  # read-only: safe to share
-
-
-def _resolve_weights(stencil, weights):
-    if stencil is None and weights is None:
-        raise TypeError("apply() needs a stencil (a preset name or a "
-                        "Stencil) or weights=, got neither")
-    if stencil is not None and weights is not None:
-        raise TypeError("apply() takes a stencil or weights=, not both; "
-                        "for a preset with your weights use "
-                        "Stencil(name, weights=w)")
-    if weights is not None:
-        return as_weights(weights)
-    if isinstance(stencil, Stencil):
-        return stencil.weights
-    if isinstance(stencil, str):
-        return _preset(stencil)
-    raise TypeError("stencil must be a preset name (one of %s) or a "
-                    "Stencil, got %s"
-                    % (", ".join(_presets.PRESETS), type(stencil).__name__))
-
-
-_MAX_STEPS = int(np.iinfo(np.int64).max)
-
-
-def _resolve_steps(steps):
-    if type(steps) is int and 0 <= steps <= _MAX_STEPS:
-        return steps  # the common case, checked fast
-    if isinstance(steps, (bool, np.bool_)) or not isinstance(
-            steps, numbers.Integral):
-        raise TypeError("steps must be a non-negative integer, got %r"
-                        % (steps,))
-    steps = operator.index(steps)
-    if steps < 0:
-        raise ValueError("steps must be a non-negative integer, got %d"
-                         % steps)
-    if steps > _MAX_STEPS:
-        raise ValueError("steps is too large: %d" % steps)
-    return steps
-
-
-def _resolve_mode(mode):
-    if mode in MODE_CODES:
-        return mode
-    if not isinstance(mode, str):
-        raise TypeError("mode must be a str, got %s" % type(mode).__name__)
-    key = MODE_ALIASES.get(mode.lower(), mode.lower())
-    if key not in MODE_CODES:
-        raise ValueError("unknown mode %r; accepted: %s (and 'periodic' for "
-                         "'wrap')" % (mode, ", ".join(MODE_CODES)))
-    return key
-
-
-_BACKEND_NAMES = ("auto",) + tuple(_backends.BACKEND_CODES)
-
-
-def _backend_name(backend):
-    if backend in _BACKEND_NAMES:
-        return backend
-    if not isinstance(backend, str):
-        raise TypeError("backend must be a str, got %s"
-                        % type(backend).__name__)
-    key = backend.lower()
-    accepted = _BACKEND_NAMES
-    if key not in accepted:
-        raise ValueError("unknown backend %r; accepted: %s"
-                         % (backend, ", ".join(accepted)))
-    return key
-
-
-def _resolve_backend(backend, ndim, weights):
-    key = _backend_name(backend)
-    if key == "auto":
-        return _backends.best_backend()
-    if key in _backends.CUDA_BACKENDS:
-        status = _backends.cuda_status()
-        if status != "available":
-            raise RuntimeError("backend %r is not usable here: %s"
-                               % (key, status))
-    if key == "cpu-tc":
-        # the GPU's tensor-core limits (plan.h), which the emulation runs
-        limit = _core.TC_MAX_SIDE_1D if ndim == 1 else _core.TC_MAX_SIDE
-        if max(weights.shape) > limit:
-            raise ValueError("backend 'cpu-tc' runs %dD kernels up to %d "
-                             "per axis, got shape %s; use backend='cpu'"
-                             % (ndim, limit, weights.shape))
-    return key
-
-
-def _check_ndim(shape, w):
-    if len(shape) < 1 or len(shape) > 3:
-        raise ValueError("grid must be 1D, 2D or 3D, got ndim=%d"
-                         % len(shape))
-    if 0 in shape:
-        raise ValueError("grid must not be empty, got shape %s" % (shape,))
-    if len(shape) != w.ndim:
-        raise ValueError("a %dD stencil (weights shape %s) needs a %dD grid, "
-                         "got a %dD grid of shape %s"
-                         % (w.ndim, w.shape, w.ndim, len(shape), shape))
-
-
 def _record(info, steps, mode, model=None, **extra):
     """Make `info` (a fresh dict, the caller's no longer) the record.
     `model`: (shape, weights, backend name) for the prediction that
     last_run_info() adds, computed only when asked for."""
-    global _last_run_info
     info["steps"] = steps
     info["mode"] = mode
     info.update(extra)
     if model is not None:
         shape, w, name = model
         info["_model"] = (tuple(shape), w, mode, steps, name)
-    _last_run_info = info
-
-
-_MAIN_THREAD = threading.main_thread().ident
-
-
-def _in_main_thread():
-    return threading.get_ident() == _MAIN_THREAD
+    _engine.set_last_record(info)
 
 
 # ---------------------------------------------------------------------------
 # host grids
-
-def _as_grid(grid, out):
-    if isinstance(grid, (str, bytes)):
-        raise TypeError("grid must be a real numeric array, got %s"
-                        % type(grid).__name__)
-    try:
-        a = np.asarray(grid)
-    except Exception as exc:
-        raise TypeError("grid must be a real numeric array: %s" % exc)
-    if a.dtype.kind not in "biuf":
-        raise TypeError("grid must hold real numbers (bool, int or float), "
-                        "got dtype %s" % a.dtype)
-    if a.ndim < 1 or a.ndim > 3:
-        raise ValueError("grid must be 1D, 2D or 3D, got ndim=%d" % a.ndim)
-    if a.size == 0:
-        raise ValueError("grid must not be empty, got shape %s" % (a.shape,))
-    copy = not (a.dtype == np.float64 and a.flags.c_contiguous
-                and a.flags.aligned
-                and (out is None or not np.may_share_memory(a, out)))
-    # a copy and a result the size of the grid: checked before either is
-    # made (an allocation past what exists may only fail much later, by
-    # the kernel's out-of-memory killer)
-    needed = a.size * 8 * (int(copy) + int(out is None))
-    if needed:
-        _memory.ensure_host_fits(
-            needed, "a grid of shape %s (%d points; float64%s)"
-            % (a.shape, a.size,
-               ", copied and a result" if copy and out is None
-               else ", copied" if copy else ", a result"))
-    # The engines only read their input, so a float64 C-contiguous grid is
-    # passed as it is; anything else, or a grid that shares memory with
-    # `out` (the engine reads it while writing `out`), becomes a private
-    # copy.  Copying 128 MB costs about as much as ten heat2d steps.
-    if not copy:
-        return a
-    return np.array(a, dtype=np.float64, order="C", copy=True)
-
 
 def _interrupt_backup(grid, src, out):
     """What `out` holds now, where it shares memory with the grid (an
@@ -232,32 +70,13 @@ def _interrupt_backup(grid, src, out):
     return src if same_view else out.copy()
 
 
-def _check_out(out, shape):
-    if not isinstance(out, np.ndarray):
-        raise TypeError("out must be a numpy.ndarray for a host grid, got %s"
-                        % type(out).__name__)
-    if out.dtype != np.float64:
-        raise TypeError("out must have dtype float64, got %s" % out.dtype)
-    if out.shape != shape:
-        raise ValueError("out must have the grid's shape %s, got %s"
-                         % (shape, out.shape))
-    if not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out must be C-contiguous and writeable")
-
-
-def _read_only(a):
-    view = a.view()
-    view.flags.writeable = False
-    return view
-
-
 def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
                 progress):
     if out is not None:
-        _check_out(out, np.shape(grid))
-    src = _as_grid(grid, out)
-    _check_ndim(src.shape, w)
-    name = _resolve_backend(backend, src.ndim, w)
+        _host.check_out(out, np.shape(grid))
+    src = _host.as_grid(grid, out)
+    _engine.check_ndim(src.shape, w)
+    name = _backends.resolve_host_backend(backend, src.ndim, w)
     if every is not None:
         # segments keep states of their own: up to three more host grids
         # on the CPU (two spares, a staged last segment), one on the GPU
@@ -270,10 +89,10 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
         # a separate result: computing in place would make the CPU engine
         # copy the grid first (its passes must not write what they read)
         out = np.empty(src.shape, dtype=np.float64)
-    engine, path = _backends.BACKEND_CODES[name]
+    path = None
     if name in _backends.CUDA_BACKENDS:
         path = _backends.gpu_path(name, src.shape, w, mode, steps)
-    interruptible = _in_main_thread()
+    interruptible = _engine.in_main_thread()
     bar = _watch.Progress(steps, progress)
     infos = []
 
@@ -283,13 +102,15 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
 
     def run(a, b, n, done):
         start = time.perf_counter()
-        info = _core.run(a, w, b, n, MODE_CODES[mode], cval, engine, path,
-                         0, interruptible, bar.offset(done))
+        info = _engine.run_host(a, w, b, steps=n, mode=mode, cval=cval,
+                                backend=name, path=path,
+                                interruptible=interruptible,
+                                progress=bar.offset(done))
         info["wall_seconds"] = time.perf_counter() - start
         infos.append(info)
 
     def show(step, state):
-        callback(step, _read_only(state))
+        callback(step, _host.read_only(state))
 
     report = show if callback is not None else None
 
@@ -333,12 +154,12 @@ def _apply_host_on_device(src, grid, w, steps, mode, cval, name, path, out,
     """A host grid run in segments on the GPU: uploaded once, the state
     kept on the device between segments, downloaded for each callback."""
     state = _device.DeviceArray(src.shape)
-    _core.to_device(state.ptr, src)
+    _device.upload(state, src)
     host = np.empty(src.shape, dtype=np.float64)
 
     def show(step, dev):
-        _core.to_host(host, dev.ptr)
-        callback(step, _read_only(host))
+        _device.download(host, dev)
+        callback(step, _host.read_only(host))
 
     report = show if callback is not None else None
 
@@ -350,7 +171,7 @@ def _apply_host_on_device(src, grid, w, steps, mode, cval, name, path, out,
         bar.close(False)
         raise
     # every callback has returned: `out` (the grid, maybe) is written now
-    _core.to_host(out, state.ptr)
+    _device.download(out, state)
     bar.close(True)
     _record(_merge(infos), steps, mode, (src.shape, w, name))
     return out
@@ -380,21 +201,6 @@ def _stream_handle(stream):
     return stream or _device.LEGACY_DEFAULT_STREAM
 
 
-def _device_backend(backend):
-    key = _backend_name(backend)
-    if key in ("cpu", "cpu-tc"):
-        raise TypeError("backend %r runs on host memory, but the grid is a "
-                        "GPU array; use backend='auto' or 'cuda' (or copy "
-                        "it to the host first, e.g. cupy.asnumpy(grid))"
-                        % key)
-    status = _backends.cuda_status()
-    if status != "available":
-        raise TypeError("the grid is a GPU array, which only the CUDA "
-                        "engine runs, and it is not usable here: %s; pass a "
-                        "NumPy array instead" % status)
-    return "cuda" if key == "auto" else key
-
-
 def _check_device_out(view, shape):
     if view is None:
         raise TypeError("out must be a GPU array for a GPU grid (one with "
@@ -408,11 +214,11 @@ def _check_device_out(view, shape):
         raise ValueError("out is read-only")
 
 
-def _run_device(src, dst, w, n, mode, cval, path, stream, progress):
-    return _core.run_device(
-        src.ptr, src.code, src.strides_3d(), dst.ptr, dst.strides_3d(),
-        src.shape_3d(), w, n, MODE_CODES[mode], cval, path, src.stream,
-        dst.stream, stream, _in_main_thread(), progress)
+def _run_device(src, dst, w, steps, mode, cval, path, stream, progress):
+    return _engine.run_device(src, dst, w, steps=steps, mode=mode,
+                              cval=cval, path=path, stream=stream,
+                              interruptible=_engine.in_main_thread(),
+                              progress=progress)
 
 
 def _run_device_segments(first, first_obj, w, steps, mode, cval, path,
@@ -453,11 +259,11 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
     # the arrays are checked before the engine is asked for, so that a
     # malformed one gets its own error everywhere
     view = _device.device_view(grid, consumer_stream=consumer, known=True)
-    _check_ndim(view.shape, w)
+    _engine.check_ndim(view.shape, w)
     if out is not None:
         out_view = _device.device_view(out, "out", consumer_stream=consumer)
         _check_device_out(out_view, view.shape)
-    name = _device_backend(backend)
+    name = _backends.resolve_device_backend(backend)
     # chosen once for the whole run: segments of a run with a callback
     # take the path the run without one takes
     path = _backends.gpu_path(name, tuple(view.shape), w, mode, steps,
@@ -556,13 +362,10 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
     >>> len(frames)
     4
     """
-    w = _resolve_weights(stencil, weights)
-    steps = _resolve_steps(steps)
-    mode = _resolve_mode(mode)
-    try:
-        cval = float(cval)
-    except (TypeError, ValueError):
-        raise TypeError("cval must be a real number, got %r" % (cval,))
+    w = resolve_weights(stencil, weights)
+    steps = _engine.resolve_steps(steps)
+    mode = _engine.resolve_mode(mode)
+    cval = _engine.resolve_cval(cval)
     if every is not None or callback is not None:
         every, callback = _watch.resolve_every(every, callback, steps)
     if progress is not False and not isinstance(progress, (bool, np.bool_)):

@@ -4,19 +4,11 @@ between calls."""
 import atexit
 import os
 
-from . import _core
+from . import _core, _engine, _model
 
-# Backend name -> (engine code, GPU path code), the codes of
-# csrc/module.c and csrc/stencil.h (cs_cuda_path), exported by _core.
-# "cuda" runs the path the performance model predicts fastest
-# (gpu_path); "cuda-tc" and "cuda-core" force one.
-BACKEND_CODES = {
-    "cpu": (_core.BACKEND_CPU, _core.PATH_AUTO),
-    "cpu-tc": (_core.BACKEND_CPU_TC, _core.PATH_AUTO),
-    "cuda": (_core.BACKEND_CUDA, _core.PATH_AUTO),
-    "cuda-tc": (_core.BACKEND_CUDA, _core.PATH_TENSOR_CORE),
-    "cuda-core": (_core.BACKEND_CUDA, _core.PATH_CUDA_CORE)}
-CUDA_BACKENDS = ("cuda", "cuda-tc", "cuda-core")
+# The backends' codes live with the engine calls (_engine.py).
+BACKEND_CODES = _engine.BACKEND_CODES
+CUDA_BACKENDS = _engine.CUDA_BACKENDS
 
 _cuda_status = None
 
@@ -83,15 +75,51 @@ def gpu_path(name, shape, w, mode, steps, device_arrays=False):
     if name != "cuda":
         return BACKEND_CODES[name][1]
     if device_arrays and steps == 1:
-        return _core.PATH_AUTO
-    from . import _model
+        return _engine.PATH_CODES["auto"]
     env = os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", "")
     cap = int(env) if env.isdigit() else 0
     cc_major, smem_optin = cuda_plan_device()
     path = _model.auto_gpu_path(shape, w, mode, steps, cc_major, cap,
                                 smem_optin)
-    return (_core.PATH_TENSOR_CORE if path == "tensor-core"
-            else _core.PATH_CUDA_CORE)
+    return _engine.PATH_CODES[path]
+
+
+def resolve_host_backend(backend, ndim, weights):
+    """The backend a host grid runs on for `backend` ("auto": the best
+    here), checked to be usable for a `ndim`-D kernel `weights`."""
+    key = _engine.backend_name(backend)
+    if key == "auto":
+        return best_backend()
+    if key in CUDA_BACKENDS:
+        status = cuda_status()
+        if status != "available":
+            raise RuntimeError("backend %r is not usable here: %s"
+                               % (key, status))
+    if key == "cpu-tc":
+        # the GPU's tensor-core limits (plan.h), which the emulation runs
+        limit = _core.TC_MAX_SIDE_1D if ndim == 1 else _core.TC_MAX_SIDE
+        if max(weights.shape) > limit:
+            raise ValueError("backend 'cpu-tc' runs %dD kernels up to %d "
+                             "per axis, got shape %s; use backend='cpu'"
+                             % (ndim, limit, weights.shape))
+    return key
+
+
+def resolve_device_backend(backend):
+    """The CUDA backend a GPU array runs on for `backend` ("auto":
+    "cuda"); TypeError where it cannot run there."""
+    key = _engine.backend_name(backend)
+    if key in ("cpu", "cpu-tc"):
+        raise TypeError("backend %r runs on host memory, but the grid is a "
+                        "GPU array; use backend='auto' or 'cuda' (or copy "
+                        "it to the host first, e.g. cupy.asnumpy(grid))"
+                        % key)
+    status = cuda_status()
+    if status != "available":
+        raise TypeError("the grid is a GPU array, which only the CUDA "
+                        "engine runs, and it is not usable here: %s; pass a "
+                        "NumPy array instead" % status)
+    return "cuda" if key == "auto" else key
 
 
 def backends():

@@ -413,6 +413,18 @@ def new_like(source, shape):
     return DeviceArray(shape)
 
 
+def upload(dev, host):
+    """dev (a DeviceArray) = host (a float64 C-contiguous NumPy array of
+    its size); returns when done."""
+    _core.to_device(dev.ptr, host)
+
+
+def download(host, dev):
+    """host (a float64 C-contiguous NumPy array) = dev (a DeviceArray of
+    its size); returns when done."""
+    _core.to_host(host, dev.ptr)
+
+
 class DeviceArray:
     """A float64 C-contiguous array in GPU memory, made by convstencil.
 
@@ -460,7 +472,7 @@ class DeviceArray:
     def get(self):
         """A NumPy copy of the array."""
         host = np.empty(self.shape, dtype=np.float64)
-        _core.to_host(host, self.ptr)
+        download(host, self)
         return host
 
     def __repr__(self):

@@ -12,8 +12,8 @@ import os
 
 import numpy as np
 
-from . import _backends, _device, _model
-from ._stencil import Stencil
+from . import _backends, _device, _engine, _model
+from ._stencil import Stencil, resolve_weights
 
 _GPU_PATHS = {"cuda": "auto", "cuda-tc": "tensor-core",
               "cuda-core": "cuda-core"}
@@ -332,15 +332,13 @@ def explain(grid_or_shape, stencil=None, *, weights=None, steps=1,
     >>> print(convstencil.explain((4096, 4096), "heat2d", steps=100,
     ...                           backend="cuda"))
     """
-    from ._apply import (_backend_name, _check_ndim, _resolve_mode,
-                         _resolve_steps, _resolve_weights)
     shape, transfers = _shape_of(grid_or_shape)
-    w = np.ascontiguousarray(_resolve_weights(stencil, weights),
+    w = np.ascontiguousarray(resolve_weights(stencil, weights, "explain()"),
                              dtype=np.float64)
-    _check_ndim(shape, w)
-    steps = _resolve_steps(steps)
-    mode = _resolve_mode(mode)
-    backend = _backend_name(backend)
+    _engine.check_ndim(shape, w)
+    steps = _engine.resolve_steps(steps)
+    mode = _engine.resolve_mode(mode)
+    backend = _engine.backend_name(backend)
     max_depth = _max_depth(max_depth)
     if rates is not None and not isinstance(rates, dict):
         raise TypeError("rates must be a dict, got %s"

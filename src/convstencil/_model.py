@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from . import _core
+from . import _core, _engine
 
 # ---------------------------------------------------------------------------
 # GPU constants (H100 80GB HBM3, SXM)
@@ -481,12 +481,12 @@ def _band_points(plan, shape):
 
 
 @functools.lru_cache(maxsize=256)
-def _plan_cached(shape, wbytes, wshape, mode_code, steps, path_code,
-                 cc_major, max_depth, smem_optin):
+def _plan_cached(shape, wbytes, wshape, mode, steps, path, cc_major,
+                 max_depth, smem_optin):
     w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
-    return _core.plan(shape, w, mode_code, steps, path_code,
-                      cc_major=cc_major, max_depth=max_depth,
-                      smem_optin=smem_optin)
+    return _engine.plan(shape, w, mode=mode, steps=steps, path=path,
+                        cc_major=cc_major, max_depth=max_depth,
+                        smem_optin=smem_optin)
 
 
 def gpu_plan(shape, w, mode, steps, path, cc_major=9, max_depth=0,
@@ -494,14 +494,10 @@ def gpu_plan(shape, w, mode, steps, path, cc_major=9, max_depth=0,
     """The engine's plan (a dict; ValueError when `path` cannot run w) on
     a device of compute capability `cc_major` whose blocks may opt in to
     `smem_optin` bytes of shared memory (0: no limit)."""
-    from ._apply import MODE_CODES
-    codes = {"auto": _core.PATH_AUTO, "tensor-core": _core.PATH_TENSOR_CORE,
-             "cuda-core": _core.PATH_CUDA_CORE}
     w = np.ascontiguousarray(w, dtype=np.float64)
     return dict(_plan_cached(tuple(int(n) for n in shape), w.tobytes(),
-                             w.shape, MODE_CODES[mode], int(steps),
-                             codes[path], cc_major, int(max_depth),
-                             int(smem_optin)))
+                             w.shape, mode, int(steps), path, cc_major,
+                             int(max_depth), int(smem_optin)))
 
 
 def gpu_passes(plan, shape, w, mode, rates):

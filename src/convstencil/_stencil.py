@@ -1,4 +1,6 @@
 """Stencil: a validated, immutable weight box, from a preset or custom."""
+import functools
+
 import numpy as np
 
 from . import _presets
@@ -121,3 +123,29 @@ class Stencil:
 
     def __hash__(self):
         return hash((self.shape, self._weights.tobytes()))
+
+
+@functools.lru_cache(maxsize=64)
+def _preset(name):
+    return Stencil(name).weights  # read-only: safe to share
+
+
+def resolve_weights(stencil, weights, what="apply()"):
+    """The read-only float64 weights of a call's `stencil` (a preset name
+    or a Stencil) or `weights=` (exactly one of them)."""
+    if stencil is None and weights is None:
+        raise TypeError("%s needs a stencil (a preset name or a Stencil) "
+                        "or weights=, got neither" % what)
+    if stencil is not None and weights is not None:
+        raise TypeError("%s takes a stencil or weights=, not both; for a "
+                        "preset with your weights use Stencil(name, "
+                        "weights=w)" % what)
+    if weights is not None:
+        return as_weights(weights)
+    if isinstance(stencil, Stencil):
+        return stencil.weights
+    if isinstance(stencil, str):
+        return _preset(stencil)
+    raise TypeError("stencil must be a preset name (one of %s) or a "
+                    "Stencil, got %s"
+                    % (", ".join(_presets.PRESETS), type(stencil).__name__))

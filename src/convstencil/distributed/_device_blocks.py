@@ -8,9 +8,7 @@ write any strides.
 """
 import numpy as np
 
-from .. import _apply, _core, _device
-
-_IDENTITY = {n: np.ones((1,) * n) for n in (1, 2, 3)}
+from .. import _device, _engine
 
 
 class StridedView:
@@ -98,17 +96,15 @@ def unpack(buf, base, starts, sizes):
 def copy(src, dst):
     """dst[...] = src on the GPU (any strides, same shape); returns when
     the copy is complete."""
-    sv = _device.device_view(src, known=True)
-    dv = _device.device_view(dst, "out", known=True)
-    _apply._run_device(sv, dv, _IDENTITY[len(sv.shape)], 0, "constant", 0.0,
-                       "cuda", 0, None)
+    _engine.copy_device(_device.device_view(src, known=True),
+                        _device.device_view(dst, "out", known=True))
 
 
 def upload(host):
     """A DeviceArray holding the NumPy array `host`."""
     host = np.ascontiguousarray(host, dtype=np.float64)
     dev = _device.DeviceArray(host.shape)
-    _core.to_device(dev.ptr, host)
+    _device.upload(dev, host)
     return dev
 
 

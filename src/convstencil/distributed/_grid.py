@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 from mpi4py import MPI
 
-from .. import _apply, _backends, _memory
+from .. import _backends, _engine, _host, _memory
 from . import _device_blocks, _gpus, _partition
 from ._agree import agree
 
@@ -104,7 +104,7 @@ def _check_root(root, comm):
 
 def _on_device(backend, is_device_input):
     """Whether blocks live on the GPU for this `backend`."""
-    name = _apply._backend_name(backend)
+    name = _engine.backend_name(backend)
     if name in ("cpu", "cpu-tc"):
         if is_device_input:
             raise TypeError("backend %r keeps blocks in host memory, but the "
@@ -124,7 +124,7 @@ def _host_grid(grid):
     """`grid` as a float64 C-contiguous NumPy array (a private copy)."""
     if _device_blocks.is_device(grid):
         return _device_blocks.download(grid)
-    a = _apply._as_grid(grid, None)
+    a = _host.as_grid(grid, None)
     return np.array(a, dtype=np.float64, order="C", copy=True)
 
 

@@ -15,8 +15,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _apply, _backends, _core, _device
+from .. import _backends, _device, _engine
 from .. import apply as _engine_apply
+from .._stencil import resolve_weights
 from . import _device_blocks, _overlap, _plan, _transport
 from ._agree import agree, check
 from ._grid import DistributedGrid, _check_grid, use_device
@@ -46,17 +47,14 @@ def info(d=None):
 
 def _resolve(d, stencil, weights, steps, mode, cval, backend, transport):
     """Arguments checked as convstencil.apply checks them."""
-    w = _apply._resolve_weights(stencil, weights)
-    steps = _apply._resolve_steps(steps)
-    mode = _apply._resolve_mode(mode)
-    try:
-        cval = float(cval)
-    except (TypeError, ValueError):
-        raise TypeError("cval must be a real number, got %r" % (cval,))
-    _apply._check_ndim(d.shape, w)
-    name = _apply._backend_name(backend)
+    w = resolve_weights(stencil, weights)
+    steps = _engine.resolve_steps(steps)
+    mode = _engine.resolve_mode(mode)
+    cval = _engine.resolve_cval(cval)
+    _engine.check_ndim(d.shape, w)
+    name = _engine.backend_name(backend)
     if d.on_device:
-        name = _apply._device_backend(name)
+        name = _backends.resolve_device_backend(name)
     elif name == "auto":
         name = "cpu"
     elif name not in ("cpu", "cpu-tc"):
@@ -64,7 +62,7 @@ def _resolve(d, stencil, weights, steps, mode, cval, backend, transport):
                         "host memory; scatter (or from_local) with "
                         "backend=%r to put them there" % (name, name))
     else:
-        _apply._resolve_backend(name, w.ndim, w)
+        _backends.resolve_host_backend(name, w.ndim, w)
     transport = _transport.check_name(transport, d.on_device)
     return w, steps, mode, cval, name, transport
 
@@ -173,7 +171,7 @@ class _Engine:
     def __call__(self, grid, steps, out=None):
         result = _engine_apply(grid, steps=steps, out=out, **self.kw)
         # the record as it is: last_run_info() would also price the run
-        self.path = _apply._last_run_info.get("path")
+        self.path = _engine.last_record().get("path")
         return result
 
 
@@ -236,40 +234,33 @@ def _overlapped_round(link, src, dst, n, engine, times, pieces):
 
 class _Session:
     """The padded block in the engine's own layout for the whole run
-    (_core.session_*: loaded once, stored once), so that a round costs its
+    (_engine.session_*: loaded once, stored once), so that a round costs its
     exchange and its steps and not a load and a store of the block."""
 
     def __init__(self, padded, w, k, mode, cval, name):
         path = _backends.gpu_path(name, tuple(padded.shape), w, mode, k)
-        strides = _device_blocks.c_strides(padded.shape)
         self.ndim = len(padded.shape)
-        lead = 3 - self.ndim
-        self.handle, self.path = _core.session_open(
-            padded.ptr, (0,) * lead + strides, (1,) * lead + padded.shape,
-            w, k, _apply.MODE_CODES[mode], cval, path)
+        self.handle, self.path = _engine.session_open(
+            padded.ptr, padded.shape, _device_blocks.c_strides(padded.shape),
+            w, steps=k, mode=mode, cval=cval, path=path)
 
     def grid(self):
         """The current grid (its interior) as a strided view that packs
         and unpacks boxes through the session (one pitched copy each)."""
-        ptr, strides, shape = _core.session_view(self.handle)
-        lead = 3 - self.ndim
-        return _SessionGrid(self, ptr, shape[lead:], strides[lead:])
+        ptr, strides, shape = _engine.session_view(self.handle, self.ndim)
+        return _SessionGrid(self, ptr, shape, strides)
 
     def copy(self, starts, sizes, buf, put):
-        lead = (0,) * (3 - self.ndim)
-        _core.session_copy(self.handle, lead + tuple(starts),
-                           (1,) * (3 - self.ndim) + tuple(sizes), buf.ptr,
-                           put)
+        _engine.session_copy(self.handle, starts, sizes, buf.ptr, put=put)
 
     def run(self):
-        _core.session_run(self.handle)
+        _engine.session_run(self.handle)
 
     def close(self, out):
         """Store into the DeviceArray `out`; True where a value was not
         finite (the rounds must run again without a session)."""
-        return _core.session_close(self.handle, out.ptr,
-                                   (0,) * (3 - self.ndim)
-                                   + _device_blocks.c_strides(out.shape))
+        return _engine.session_close(self.handle, out.ptr,
+                                     _device_blocks.c_strides(out.shape))
 
 
 class _SessionGrid(_device_blocks.StridedView):
