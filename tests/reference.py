@@ -118,6 +118,59 @@ def scipy_apply(grid, weights, steps=1, mode="constant", cval=0.0):
 
 
 # ---------------------------------------------------------------------------
+# Schemes: several fields, stages, parameter fields, monomials.
+
+def scheme_step(state, scheme, params, mode, cval, correlate=None):
+    """One step of `scheme` (a convstencil.Scheme) on `state`, a list of
+    float64 arrays in scheme.fields order; returns the new list.
+
+    Per stage, each update sums its terms in order, starting from 0
+    (csrc/scheme.h): a stencil term is coef * [param] * the stencil
+    correlated with its field (`correlate`, default scipy.ndimage's, with
+    the mode and cval), a monomial coef * [param] * the product of the
+    fields, each multiplied in power times in field order.  Every update
+    of a stage reads the values from the stage's start."""
+    if correlate is None:
+        from scipy import ndimage
+
+        def correlate(grid, weights, mode, cval):
+            return ndimage.correlate(grid, weights, mode=mode, cval=cval)
+
+    for stage in scheme.updates():
+        before = list(state)
+        for target, terms in stage:
+            acc = np.zeros_like(before[0])
+            for t in terms:
+                coef = t.coef if t.param is None else t.coef * params[t.param]
+                if t.stencil is not None:
+                    value = correlate(before[t.field], t.stencil,
+                                      canonical_mode(mode), cval)
+                else:
+                    value = np.ones_like(before[0])
+                    for f, power in enumerate(t.powers):
+                        for _ in range(power):
+                            value = value * before[f]
+                acc = acc + coef * value
+            state[target] = acc
+    return state
+
+
+def scheme_apply(grids, scheme, steps=1, params=None, mode=None, cval=None,
+                 correlate=None):
+    """`steps` steps of `scheme` from the tuple `grids`; returns a tuple of
+    float64 arrays.  `params`: {name: array}; mode/cval None: the
+    scheme's."""
+    mode = scheme.mode if mode is None else mode
+    cval = scheme.cval if cval is None else cval
+    params = {k: np.asarray(v, dtype=np.float64)
+              for k, v in (params or {}).items()}
+    state = [np.array(g, dtype=np.float64, copy=True) for g in grids]
+    for _ in range(steps):
+        state = scheme_step(state, scheme, params, mode, cval, correlate)
+    return tuple(state)
+
+
+# ---------------------------------------------------------------------------
 # Preset weights, written out from the spec (independent of the package).
 
 def heat_weights(ndim, alpha):

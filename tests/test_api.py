@@ -63,6 +63,19 @@ def test_heat_alpha(name, alpha):
     assert s.name == name
 
 
+@pytest.mark.parametrize("name", sorted(ref.HEAT_ALPHA))
+def test_heat_alpha_stability_limit(name):
+    ndim = ref.PRESET_SHAPES[name][0]
+    limit = 1.0 / (2 * ndim)
+    cs.Stencil(name, alpha=limit)  # the limit itself is stable
+    for alpha in (limit * 1.01, -0.01):
+        with pytest.raises(ValueError, match="unstable=True"):
+            cs.Stencil(name, alpha=alpha)
+        s = cs.Stencil(name, alpha=alpha, unstable=True)
+        np.testing.assert_allclose(s.weights, ref.heat_weights(ndim, alpha),
+                                   rtol=0, atol=1e-15)
+
+
 @pytest.mark.parametrize("spelling,name", [
     ("Box-2D49P", "box2d49p"), ("BOX2D49P", "box2d49p"),
     ("box_2d_49p", "box2d49p"), ("box 2d 49p", "box2d49p"),

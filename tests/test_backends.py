@@ -342,3 +342,38 @@ def test_cuda_large_random_weights(backend, shape, rng):
         assert_close(out, ref.scipy_apply(grid, w, 2, "wrap"),
                      dict(backend=backend, shape=shape, kernel=kshape,
                           seed=rng.seed))
+
+
+def test_devices_lists_the_usable_gpus():
+    found = cs.devices()
+    assert isinstance(found, list)
+    if cs.backends()["cuda"] != "available":
+        assert found == []
+    else:
+        assert found and found[0]["index"] == 0
+        assert set(found[0]) == {"index", "description", "cc_major", "sms"}
+
+
+def test_no_driver_is_said_plainly(monkeypatch):
+    """A build with the CUDA engine on a machine with no NVIDIA driver:
+    the static runtime calls the missing driver "insufficient"; the
+    status says that no driver was found."""
+    from convstencil import _backends
+
+    class NoDriverCore:
+        def __getattr__(self, name):
+            return getattr(_backends._core, name)
+
+        def cuda_info(self):
+            return (True, -1, "no usable CUDA device: CUDA driver version "
+                    "is insufficient for CUDA runtime version")
+
+    monkeypatch.setattr(_backends, "_core", NoDriverCore())
+    monkeypatch.setattr(_backends, "_cuda_status", None)
+    monkeypatch.setattr(_backends, "_driver_present", lambda: False)
+    status = _backends.cuda_status()
+    assert "no NVIDIA GPU driver found" in status
+    assert "insufficient" not in status
+    monkeypatch.setattr(_backends, "_cuda_status", None)
+    monkeypatch.setattr(_backends, "_driver_present", lambda: True)
+    assert "insufficient" in _backends.cuda_status()  # an old driver

@@ -255,6 +255,10 @@ STENCIL_CASES = {
                   ValueError, r"(?i)ndim|dimension|1d|3d"),
     "alpha-on-a-box": (lambda: cs.Stencil("box2d9p", alpha=0.1),
                        (TypeError, ValueError), r"(?i)alpha"),
+    "alpha-unstable": (lambda: cs.Stencil("heat2d", alpha=0.3),
+                       ValueError, "stability limit 0 <= alpha <= 0.25"),
+    "alpha-negative": (lambda: cs.Stencil("heat3d", alpha=-0.01),
+                       ValueError, "unstable=True"),
     "alpha-nan": (lambda: cs.Stencil("heat2d", alpha=float("nan")),
                   ValueError, r"(?i)alpha|finite"),
 }

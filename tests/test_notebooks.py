@@ -65,3 +65,21 @@ def test_runs_top_to_bottom(name, monkeypatch):
     images = [o for c in nb.cells if c.cell_type == "code"
               for o in c.outputs if "image/png" in o.get("data", {})]
     assert images
+
+
+def _execute_py(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, os.path.join(NOTEBOOKS,
+                                                        "execute.py")]
+                          + list(args), capture_output=True, text=True)
+
+
+def test_execute_py_has_a_command_line():
+    run = _execute_py("--help")
+    assert run.returncode == 0 and "--check" in run.stdout
+    run = _execute_py("--list")
+    assert run.returncode == 0
+    assert run.stdout.split() == [n + ".ipynb" for n in NAMES]
+    run = _execute_py("99")
+    assert run.returncode != 0 and "no notebook '99'" in run.stderr

@@ -169,6 +169,19 @@ def test_progress_counter_on_stderr(monkeypatch, rng):
         got, cs.apply(grid, "heat2d", steps=steps, backend="cpu"))
 
 
+def test_progress_counter_shows_every_segment_end(monkeypatch, rng):
+    # fast segments end between the engine's reports: each end is shown
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    cs.apply(rng.random((16, 16)), "heat2d", steps=100, every=25,
+             callback=lambda s, g: None, progress=True, backend="cpu")
+    counts = [int(part.split("/")[0].split()[-1])
+              for part in err.getvalue().strip().split("\r") if part]
+    assert [c for c in counts if c % 25 == 0] == [25, 50, 75, 100]
+
+
 def test_no_progress_output_unless_asked(monkeypatch, capsys, rng):
     cs.apply(rng.random((50, 50)), "heat2d", steps=20, backend="cpu")
     captured = capsys.readouterr()

@@ -8,16 +8,28 @@
     >>> v = cs.apply(u, s, steps=10, mode="wrap")
 
 One step equals scipy.ndimage.correlate(u, weights, mode=..., cval=...).
+
+PDE schemes of several fields, time levels, sources and reactions:
+
+    >>> u, v = cs.fields("u v")
+    >>> L = cs.laplacian(2)
+    >>> gs = cs.Scheme({u: u + dt * (Du * L(u) - u * v**2 + F * (1 - u)),
+    ...                 v: v + dt * (Dv * L(v) + u * v**2 - (F + k) * v)},
+    ...                mode="wrap")
+    >>> u1, v1 = cs.apply((u0, v0), gs, steps=1000)
 """
 from ._apply import apply, last_run_info
-from ._backends import backends, cache_info, clear_cache
+from ._backends import backends, cache_info, clear_cache, devices
 from ._device import DeviceArray
 from ._explain import explain
+from ._expr import Field, Param, fields, param
 from ._presets import PRESETS
-from ._stencil import Stencil
+from ._scheme import Scheme
+from ._stencil import Stencil, laplacian
 
 __version__ = "0.1.0"
 
 __all__ = ["apply", "explain", "Stencil", "PRESETS", "backends",
-           "last_run_info",
+           "last_run_info", "Scheme", "fields", "param", "Field", "Param",
+           "laplacian", "devices",
            "clear_cache", "cache_info", "DeviceArray", "__version__"]

@@ -12,6 +12,8 @@ import time
 import numpy as np
 
 from . import _backends, _device, _engine, _explain, _host, _memory, _watch
+from ._scheme import Scheme
+from ._scheme_run import apply_scheme
 from ._stencil import resolve_weights
 
 def last_run_info():
@@ -122,7 +124,7 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
     before = _interrupt_backup(grid, src, out) if every is None else None
     try:
         _watch.run_segments(steps, every, src, last,
-                            lambda: np.empty_like(out), run, report)
+                            lambda: np.empty_like(out), run, report, bar)
     except BaseException:
         bar.close(False)
         if before is not None:
@@ -246,7 +248,8 @@ def _run_device_segments(first, first_obj, w, steps, mode, cval, path,
     def new_buffer():
         return _device.new_like(first_obj, tuple(first.shape))
 
-    _watch.run_segments(steps, every, first, last, new_buffer, run, report)
+    _watch.run_segments(steps, every, first, last, new_buffer, run, report,
+                        bar)
     return infos
 
 
@@ -303,9 +306,9 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
 
 # ---------------------------------------------------------------------------
 
-def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
-          cval=0.0, backend="auto", out=None, every=None, callback=None,
-          progress=False, stream=None):
+def apply(grid, stencil=None, *, weights=None, steps=1, mode=None,
+          cval=None, backend="auto", out=None, every=None, callback=None,
+          progress=False, stream=None, params=None):
     """Apply a stencil to `grid` `steps` times; return the new grid.
 
     One step is ``scipy.ndimage.correlate(grid, weights, mode=mode,
@@ -313,6 +316,16 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
     or a Stencil; or give `weights=` (odd side per axis, same ndim as the
     grid).  `mode` is "constant" (cells outside read `cval` at every step),
     "wrap" (alias "periodic"), "nearest", "reflect" or "mirror".
+
+    `mode` defaults to "constant" and `cval` to 0.0 (for a Scheme, to
+    the scheme's own).
+
+    With a Scheme (convstencil.Scheme) as the stencil, `grid` is the
+    tuple of the scheme's fields' grids in ``scheme.fields`` order (one
+    shape), `params` a dict of its parameter fields' arrays by name, and
+    the result a tuple of new arrays (or `out`, a tuple); `every=` calls
+    ``callback(step, grids)`` with the tuple.  One step is the scheme's
+    stages in order (convstencil.Scheme says what a step computes).
 
     `grid` is a host array (NumPy, or anything ``np.asarray`` takes; the
     result is a new float64 C-contiguous NumPy array, or `out`: float64,
@@ -362,15 +375,25 @@ def apply(grid, stencil=None, *, weights=None, steps=1, mode="constant",
     >>> len(frames)
     4
     """
-    w = resolve_weights(stencil, weights)
     steps = _engine.resolve_steps(steps)
-    mode = _engine.resolve_mode(mode)
-    cval = _engine.resolve_cval(cval)
     if every is not None or callback is not None:
         every, callback = _watch.resolve_every(every, callback, steps)
     if progress is not False and not isinstance(progress, (bool, np.bool_)):
         raise TypeError("progress must be True or False, got %r"
                         % (progress,))
+    if isinstance(stencil, Scheme):
+        if weights is not None:
+            raise TypeError("apply() takes a Scheme or weights=, not both")
+        return apply_scheme(grid, stencil, steps=steps, mode=mode, cval=cval,
+                            backend=backend, out=out, every=every,
+                            callback=callback, progress=bool(progress),
+                            stream=stream, params=params)
+    if params is not None:
+        raise TypeError("params= gives a Scheme's parameter fields; a "
+                        "stencil takes none")
+    w = resolve_weights(stencil, weights)
+    mode = _engine.resolve_mode("constant" if mode is None else mode)
+    cval = _engine.resolve_cval(0.0 if cval is None else cval)
     if _device.is_device_array(grid):
         return _apply_device(grid, w, steps, mode, cval, backend, out, every,
                              callback, bool(progress), stream)

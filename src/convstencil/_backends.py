@@ -12,6 +12,20 @@ CUDA_BACKENDS = _engine.CUDA_BACKENDS
 
 _cuda_status = None
 
+# What the runtime says where no driver is installed at all: a statically
+# linked runtime finds no libcuda and calls the driver "insufficient".
+_NO_DRIVER = "CUDA driver version is insufficient"
+
+
+def _driver_present():
+    """Whether the NVIDIA driver library can be loaded."""
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
 
 def cuda_status():
     """'available' or the reason the CUDA engine cannot run (cached)."""
@@ -26,14 +40,46 @@ def cuda_status():
             _cuda_status = "built, no device visible"
         else:
             reason = message.replace("no usable CUDA device: ", "")
+            if _NO_DRIVER in reason and not _driver_present():
+                reason = ("no NVIDIA GPU driver found (libcuda.so.1 is not "
+                          "installed), so there is no GPU to run on")
             _cuda_status = "built, no usable device: %s" % reason
     return _cuda_status
 
 
 def cuda_device():
-    """One-line description of the CUDA device, or None."""
+    """One-line description of the current CUDA device, or None."""
     built, count, message = _core.cuda_info()
     return message if built and count > 0 else None
+
+
+def devices():
+    """The CUDA devices this build can run on, as a list of dicts: index,
+    description ("NVIDIA H100 80GB HBM3, sm_90, 132 SMs"), cc_major
+    (compute capability), sms; empty where there is none (backends()
+    says why).  The current device is left as it was.
+
+    >>> convstencil.devices()            # on a machine without a GPU
+    []
+    >>> convstencil.devices()[0]["description"]
+    'NVIDIA H100 80GB HBM3, sm_90, 132 SMs'
+    """
+    if cuda_status() != "available":
+        return []
+    count = _core.cuda_info()[1]
+    current = _core.cuda_current_device()
+    found = []
+    try:
+        for index in range(count):
+            _core.cuda_set_device(index)
+            message = _core.cuda_info()[2]
+            caps = _core.cuda_device_caps()
+            found.append({"index": index,
+                          "description": message.split(" (device ")[0],
+                          "cc_major": caps["cc_major"], "sms": caps["sms"]})
+    finally:
+        _core.cuda_set_device(current)
+    return found
 
 
 _device_caps = {}  # device index -> its facts

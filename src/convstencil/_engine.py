@@ -166,6 +166,20 @@ def run_device(src, dst, weights, *, steps, mode, cval, path=None, stream=0,
         stream, interruptible, progress)
 
 
+def run_scheme(fields_in, fields_out, params, tables, *, steps, mode, cval,
+               backend, threads=0, interruptible=False, progress=None):
+    """`steps` steps of a scheme (its `tables`: Scheme.tables()) on host
+    arrays: `fields_in` and `fields_out` tuples of the K fields (float64,
+    C-contiguous, one shape; an out may be an in), `params` the tuple of
+    parameter fields in the scheme's order.  Returns the engine's
+    record."""
+    return _core.run_scheme(
+        tuple(fields_in), tuple(fields_out), tuple(params),
+        tables["stencils"], tables["coefs"], tables["terms"],
+        tables["updates"], tables["stages"], steps, MODE_CODES[mode], cval,
+        BACKEND_CODES[backend][0], threads, interruptible, progress)
+
+
 _IDENTITY = {n: np.ones((1,) * n) for n in (1, 2, 3)}
 
 

@@ -3,7 +3,10 @@
 Every default kernel is non-negative and sums to 1, so each step is a
 weighted average: values stay within [min, max] of the grid (and cval)
 for any number of steps.  The heat presets take a diffusion number
-``alpha`` (stable for alpha <= 1 / (2 * ndim)).
+``alpha``, checked against the stability limit of the explicit scheme,
+0 <= alpha <= 1 / (2 * ndim): beyond it the result grows without bound
+(heat2d with alpha 0.3 reaches 1e26 in 200 steps), so such an alpha is a
+ValueError unless the caller asks for it with ``unstable=True``.
 """
 import difflib
 import re
@@ -28,12 +31,23 @@ def normalize_name(name):
     return re.sub(r"[\s_\-]", "", name).lower()
 
 
-def _heat(ndim, alpha):
+def heat_alpha_limit(ndim):
+    """The largest stable diffusion number of heat<ndim>d."""
+    return 1.0 / (2 * ndim)
+
+
+def _heat(ndim, alpha, unstable=False):
     if alpha is None:
         alpha = _HEAT_ALPHA[ndim]
     alpha = float(alpha)
     if not np.isfinite(alpha):
         raise ValueError("alpha must be finite, got %r" % alpha)
+    limit = heat_alpha_limit(ndim)
+    if not unstable and not 0.0 <= alpha <= limit:
+        raise ValueError(
+            "alpha=%r is outside heat%dd's stability limit 0 <= alpha <= %g "
+            "(explicit Euler: beyond it the result grows without bound); "
+            "pass unstable=True to build it anyway" % (alpha, ndim, limit))
     w = np.zeros((3,) * ndim)
     center = (1,) * ndim
     w[center] = 1.0 - 2 * ndim * alpha
@@ -60,10 +74,10 @@ def _star2d13p():
     return w
 
 
-def preset_weights(name, alpha=None):
+def preset_weights(name, alpha=None, unstable=False):
     """Dense default weights of canonical preset `name`."""
     if name.startswith("heat"):
-        return _heat(int(name[4]), alpha)
+        return _heat(int(name[4]), alpha, unstable)
     if alpha is not None:
         raise TypeError("alpha= applies to the heat presets only, not %r"
                         % name)

@@ -3,7 +3,7 @@ import functools
 
 import numpy as np
 
-from . import _presets
+from . import _expr, _presets
 
 # The engine handles any radius; this bound keeps a typo (a 2001-wide
 # kernel) from silently running for hours.  Raise it if a real use needs.
@@ -48,7 +48,9 @@ class Stencil:
     case-insensitive and ignore dashes); ``Stencil(weights=w)`` a custom
     kernel of odd side per axis, 1D to 3D; ``Stencil("box2d9p",
     weights=w)`` a preset shape with your weights (w must have the
-    preset's shape and be zero outside its footprint).
+    preset's shape and be zero outside its footprint).  A heat preset's
+    alpha must lie within the explicit scheme's stability limit
+    (0 <= alpha <= 1 / (2 * ndim)) unless ``unstable=True``.
 
     >>> s = Stencil("heat2d", alpha=0.2)
     >>> s.weights
@@ -62,7 +64,8 @@ class Stencil:
 
     __slots__ = ("_name", "_weights")
 
-    def __init__(self, name=None, *, weights=None, alpha=None):
+    def __init__(self, name=None, *, weights=None, alpha=None,
+                 unstable=False):
         if name is None and weights is None:
             raise TypeError("Stencil needs a preset name or weights=")
         if name is None:
@@ -74,7 +77,7 @@ class Stencil:
         canonical = _presets.resolve(name)
         self._name = canonical
         if weights is None:
-            w = _presets.preset_weights(canonical, alpha)
+            w = _presets.preset_weights(canonical, alpha, unstable)
         else:
             if alpha is not None:
                 raise TypeError("give either alpha= or weights=, not both")
@@ -110,6 +113,12 @@ class Stencil:
     @property
     def radius(self):
         return tuple((s - 1) // 2 for s in self._weights.shape)
+
+    def __call__(self, field):
+        """The stencil applied to a field, as a term of a scheme:
+        ``L(u)`` is one step of ``apply(u, L)`` inside the scheme
+        (convstencil.Scheme)."""
+        return _expr.stencil_term(self, field)
 
     def __repr__(self):
         if self._name is not None:
@@ -149,3 +158,30 @@ def resolve_weights(stencil, weights, what="apply()"):
     raise TypeError("stencil must be a preset name (one of %s) or a "
                     "Stencil, got %s"
                     % (", ".join(_presets.PRESETS), type(stencil).__name__))
+
+
+def laplacian(ndim, h=1.0):
+    """The (2*ndim + 1)-point Laplacian on a grid of spacing `h`, as a
+    Stencil: centre -2*ndim/h**2, axis neighbours 1/h**2.
+
+    >>> L = convstencil.laplacian(2)
+    >>> L.weights
+    array([[ 0.,  1.,  0.],
+           [ 1., -4.,  1.],
+           [ 0.,  1.,  0.]])
+    """
+    if isinstance(ndim, bool) or ndim not in (1, 2, 3):
+        raise ValueError("laplacian() takes ndim 1, 2 or 3, got %r"
+                         % (ndim,))
+    h = float(h)
+    if not h > 0 or h == float("inf"):
+        raise ValueError("laplacian() needs a spacing h > 0, got %r" % h)
+    w = np.zeros((3,) * ndim)
+    centre = (1,) * ndim
+    w[centre] = -2.0 * ndim
+    for axis in range(ndim):
+        for side in (0, 2):
+            index = list(centre)
+            index[axis] = side
+            w[tuple(index)] = 1.0
+    return Stencil(weights=w / (h * h))

@@ -33,7 +33,8 @@ def resolve_every(every, callback, steps):
     return every, callback
 
 
-def run_segments(steps, every, first, last, new_buffer, run, report):
+def run_segments(steps, every, first, last, new_buffer, run, report,
+                 bar=None):
     """Advance `first` by `steps` into `last`, `every` steps at a time.
 
     ``run(src, dst, n, done)`` advances src by n steps into dst (`done`
@@ -41,6 +42,7 @@ def run_segments(steps, every, first, last, new_buffer, run, report):
     segment that ends on a multiple of `every`.  Intermediate states go
     to (at most two) buffers from ``new_buffer()``; only the last segment
     writes `last`, so an exception leaves `last` as it was until then.
+    `bar` (a Progress) is shown each segment's end, however fast it ran.
     """
     if steps == 0 or every is None:
         run(first, last, steps, 0)
@@ -58,6 +60,8 @@ def run_segments(steps, every, first, last, new_buffer, run, report):
             dst = spare[i % 2]
         run(src, dst, n, done)
         done += n
+        if bar is not None:
+            bar.reached(done)
         if report is not None and done % every == 0:
             report(done, dst)
         src = dst
@@ -74,6 +78,7 @@ class Progress:
         self.done = 0
         self.bar = None
         self.last_draw = 0.0
+        self.last_draw_step = -1
         if not self.enabled:
             return
         try:
@@ -101,10 +106,22 @@ class Progress:
         self.done = done
         now = time.monotonic()
         if now - self.last_draw >= UPDATE_SECONDS or done == self.total:
-            self.last_draw = now
-            sys.stderr.write("\rconvstencil: %d/%d steps (%d%%)"
-                             % (done, self.total, 100 * done // self.total))
-            sys.stderr.flush()
+            self._draw(done)
+
+    def _draw(self, done):
+        self.last_draw = time.monotonic()
+        self.last_draw_step = done
+        sys.stderr.write("\rconvstencil: %d/%d steps (%d%%)"
+                         % (done, self.total, 100 * done // self.total))
+        sys.stderr.flush()
+
+    def reached(self, done):
+        """Show `done` steps now (a segment's end): the engine's reports
+        come at most every UPDATE_SECONDS, so a fast segment would
+        otherwise pass unseen."""
+        self.update(done)
+        if self.enabled and self.bar is None and self.last_draw_step != done:
+            self._draw(done)
 
     def close(self, finished):
         if not self.enabled:
