@@ -1,0 +1,465 @@
+/*
+ * scheme_glue.c -- convstencil._core.run_scheme (scheme_glue.h).
+ *
+ * The Python layer (src/convstencil/_scheme.py) turns a user's scheme
+ * into code tables and checks the arrays; this file checks again what
+ * the engine relies on (every array's type, shape, contiguity and
+ * alignment, every table index through cs_scheme_check), so that a wrong
+ * call raises TypeError or ValueError and never crashes.  Every array
+ * arrives through the buffer protocol (no NumPy C API here) and its view
+ * is held until the engine returns.  The engine runs without the GIL.
+ * One exit path.
+ */
+#include "scheme_glue.h"
+
+#include "core_glue.h"
+#include "scheme.h"
+#include "cpu/scheme_cpu.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+const char cs_py_run_scheme_doc[] =
+    "run_scheme(fields_in, fields_out, params, stencils, coefs, terms,\n"
+    "           updates, stages, steps, mode, cval, backend, threads,\n"
+    "           interruptible, progress) -> dict\n"
+    "\n"
+    "Advance the K fields of a PDE scheme (csrc/scheme.h) `steps` steps.\n"
+    "fields_in, fields_out: tuples of K float64 C-contiguous arrays of one\n"
+    "shape (ndim 1 to 3; an out may be an in); params: a tuple of float64\n"
+    "arrays of that shape; stencils: a tuple of float64 weight arrays of\n"
+    "the grid's ndim with odd extents.  The tables: coefs, float64 (T,);\n"
+    "terms, int32 (T, 4 + K): kind (0 stencil, 1 monomial), param (-1:\n"
+    "none), field and stencil (-1 for a monomial), then the K powers (0\n"
+    "for a stencil term); updates, int32 (U, 3): target, first_term,\n"
+    "term_count; stages, int32 (G, 2): first_update, update_count.  mode\n"
+    "and backend are MODE_* and BACKEND_* codes; threads <= 0: the OpenMP\n"
+    "default; interruptible and progress as in run().  Returns what the\n"
+    "run did.  Use the package's schemes: this function assumes their\n"
+    "tables.";
+
+/* Columns of the terms table before the powers. */
+#define TERM_COLUMNS 4
+
+/* Whether the buffer holds items of struct code `code` and `itemsize`
+   bytes in native byte order. */
+static int
+format_is(const Py_buffer *v, char code, Py_ssize_t itemsize)
+{
+    const unsigned int one = 1;
+    const int little = *(const unsigned char *)&one == 1;
+    const char *f = v->format;
+    if (f == NULL || v->itemsize != itemsize) {
+        return 0;
+    }
+    if (*f == '@' || *f == '=' || (*f == '<' && little)
+        || (*f == '>' && !little) || (*f == '!' && !little)) {
+        f++;
+    }
+    return f[0] == code && f[1] == '\0';
+}
+
+/*
+ * A C-contiguous view of `obj` (the argument `name`, index i or -1) into
+ * *view, of items of struct code `code` (itemsize bytes, aligned) and
+ * `ndim` axes (0: 1 to 3).  -1 with TypeError or ValueError otherwise.
+ */
+static int
+get_view(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t i,
+         char code, Py_ssize_t itemsize, int ndim)
+{
+    char what[64];
+    if (i >= 0) {
+        PyOS_snprintf(what, sizeof(what), "%s[%zd]", name, i);
+    }
+    else {
+        PyOS_snprintf(what, sizeof(what), "%s", name);
+    }
+    const char *type = code == 'd' ? "float64" : "int32";
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+        < 0) {
+        view->obj = NULL;
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "run_scheme: %s must be an aligned, "
+                     "C-contiguous %s array, not %.200s (or not "
+                     "contiguous)", what, type, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (!format_is(view, code, itemsize)
+        || (uintptr_t)view->buf % (uintptr_t)itemsize != 0) {
+        PyErr_Format(PyExc_TypeError, "run_scheme: %s must be an aligned, "
+                     "C-contiguous %s array in native byte order, not "
+                     "format '%s'%s", what, type,
+                     view->format != NULL ? view->format : "?",
+                     (uintptr_t)view->buf % (uintptr_t)itemsize != 0
+                         ? " (misaligned)" : "");
+        return -1;
+    }
+    if (ndim > 0 ? view->ndim != ndim
+                 : (view->ndim < 1 || view->ndim > CS_MAX_NDIM)) {
+        PyErr_Format(PyExc_ValueError, "run_scheme: %s has %d axes, "
+                     "not %s", what, view->ndim,
+                     ndim == 1   ? "1"
+                     : ndim == 2 ? "2"
+                     : ndim == 3 ? "3"
+                                 : "1 to 3");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether views a and b hold the same shape. */
+static int
+same_shape(const Py_buffer *a, const Py_buffer *b)
+{
+    if (a->ndim != b->ndim) {
+        return 0;
+    }
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->shape[d] != b->shape[d]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether the memory of views a and b overlaps. */
+static int
+overlap(const Py_buffer *a, const Py_buffer *b)
+{
+    const char *a0 = a->buf, *b0 = b->buf;
+    return a->len > 0 && b->len > 0 && a0 < b0 + b->len && b0 < a0 + a->len;
+}
+
+/* The tuple `t` (argument `name`) of between lo and hi items; -1 with
+   ValueError otherwise. */
+static Py_ssize_t
+tuple_size(PyObject *t, const char *name, Py_ssize_t lo, Py_ssize_t hi)
+{
+    const Py_ssize_t n = PyTuple_GET_SIZE(t);
+    if (n < lo || n > hi) {
+        PyErr_Format(PyExc_ValueError, "run_scheme: %s holds %zd arrays, "
+                     "not %zd to %zd", name, n, lo, hi);
+        return -1;
+    }
+    return n;
+}
+
+/* The terms table's row i as a term of a scheme of k fields; -1 with
+   ValueError when a column the scheme check does not see is wrong. */
+static int
+read_term(const int *row, double coef, int k, Py_ssize_t i, cs_term *t)
+{
+    memset(t, 0, sizeof(*t));
+    if (row[0] != CS_TERM_STENCIL && row[0] != CS_TERM_MONOMIAL) {
+        PyErr_Format(PyExc_ValueError, "run_scheme: terms[%zd]: kind %d "
+                     "(0 stencil, 1 monomial)", i, row[0]);
+        return -1;
+    }
+    t->kind = (cs_term_kind)row[0];
+    t->coef = coef;
+    t->param = row[1];
+    t->field = row[2];
+    t->stencil = row[3];
+    if (t->kind == CS_TERM_MONOMIAL && (t->field != -1 || t->stencil != -1)) {
+        PyErr_Format(PyExc_ValueError, "run_scheme: terms[%zd]: a "
+                     "monomial's field and stencil must be -1, not %d and "
+                     "%d", i, t->field, t->stencil);
+        return -1;
+    }
+    for (int f = 0; f < k; f++) {
+        const int p = row[TERM_COLUMNS + f];
+        const int most = t->kind == CS_TERM_MONOMIAL ? CS_SCHEME_MAX_POWER
+                                                     : 0;
+        if (p < 0 || p > most) {
+            PyErr_Format(PyExc_ValueError, "run_scheme: terms[%zd]: power "
+                         "%d of field %d (a %s term takes 0 to %d)", i, p,
+                         f, t->kind == CS_TERM_MONOMIAL ? "monomial"
+                                                        : "stencil",
+                         most);
+            return -1;
+        }
+        t->power[f] = (unsigned char)p;
+    }
+    return 0;
+}
+
+/* Stencil i's weights as a kernel: odd extents, finite weights; -1 with
+   an exception otherwise. */
+static int
+read_stencil(const Py_buffer *v, Py_ssize_t i, cs_kernel *k)
+{
+    ptrdiff_t size[CS_MAX_NDIM];
+    for (int a = 0; a < v->ndim; a++) {
+        size[a] = v->shape[a];
+        if (size[a] < 1 || size[a] % 2 == 0) {
+            PyErr_Format(PyExc_ValueError, "run_scheme: stencils[%zd] "
+                         "must have an odd extent on every axis", i);
+            return -1;
+        }
+    }
+    const double *w = v->buf;
+    for (Py_ssize_t q = 0; q < v->len / (Py_ssize_t)sizeof(double); q++) {
+        if (!isfinite(w[q])) {
+            PyErr_Format(PyExc_ValueError, "run_scheme: stencils[%zd] "
+                         "must be finite", i);
+            return -1;
+        }
+    }
+    if (cs_kernel_init(k, v->ndim, size, w) != CS_OK) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+cs_py_run_scheme(PyObject *self, PyObject *args)
+{
+    PyObject *fields_in, *fields_out, *params_obj, *stencils_obj;
+    PyObject *coefs_obj, *terms_obj, *updates_obj, *stages_obj, *progress;
+    long steps;
+    int mode, backend, threads, interruptible;
+    double cval;
+    Py_buffer *views = NULL;
+    Py_ssize_t nviews = 0;
+    cs_kernel *kernels = NULL;
+    cs_term *terms = NULL;
+    cs_update *updates = NULL;
+    cs_stage *stages = NULL;
+    Py_ssize_t nkernels = 0;
+    PyObject *result = NULL;
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOlidiipO:run_scheme",
+                          &PyTuple_Type, &fields_in, &PyTuple_Type,
+                          &fields_out, &PyTuple_Type, &params_obj,
+                          &PyTuple_Type, &stencils_obj, &coefs_obj,
+                          &terms_obj, &updates_obj, &stages_obj, &steps,
+                          &mode, &cval, &backend, &threads, &interruptible,
+                          &progress)) {
+        return NULL;
+    }
+    const Py_ssize_t k = tuple_size(fields_in, "fields_in", 1,
+                                    CS_SCHEME_MAX_FIELDS);
+    if (k < 0 || tuple_size(fields_out, "fields_out", k, k) < 0) {
+        goto exit;
+    }
+    const Py_ssize_t np = tuple_size(params_obj, "params", 0,
+                                     CS_SCHEME_MAX_PARAMS);
+    const Py_ssize_t ns = tuple_size(stencils_obj, "stencils", 0,
+                                     INT32_MAX);
+    if (np < 0 || ns < 0) {
+        goto exit;
+    }
+    if (steps < 0 || mode < 0 || mode >= CS_MODE_COUNT) {
+        PyErr_Format(PyExc_ValueError, "run_scheme: steps %ld < 0 or "
+                     "unknown mode code %d", steps, mode);
+        goto exit;
+    }
+    if (backend == BACKEND_CPU_TC || backend == BACKEND_CUDA) {
+        PyErr_Format(PyExc_RuntimeError, "run_scheme: the %s backend does "
+                     "not run schemes yet (backend \"cpu\" does)",
+                     backend == BACKEND_CUDA ? "cuda" : "cpu-tc");
+        goto exit;
+    }
+    if (backend != BACKEND_CPU) {
+        PyErr_Format(PyExc_ValueError, "run_scheme: unknown backend code "
+                     "%d", backend);
+        goto exit;
+    }
+
+    /* the views, in order: ins, outs, params, stencils, the 4 tables */
+    views = PyMem_Calloc((size_t)(2 * k + np + ns + 4), sizeof(Py_buffer));
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto exit;
+    }
+    nviews = 2 * k + np + ns + 4; /* each released once taken (obj set) */
+    Py_buffer *in_v = views, *out_v = views + k, *par_v = views + 2 * k;
+    Py_buffer *st_v = par_v + np, *tab_v = st_v + ns;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (get_view(PyTuple_GET_ITEM(fields_in, i), &in_v[i], "fields_in",
+                     i, 'd', sizeof(double), 0) < 0) {
+            goto exit;
+        }
+    }
+    const Py_buffer *grid = &in_v[0];
+    for (int a = 0; a < grid->ndim; a++) {
+        if (grid->shape[a] < 1) {
+            PyErr_SetString(PyExc_ValueError,
+                            "run_scheme: the fields must not be empty");
+            goto exit;
+        }
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (get_view(PyTuple_GET_ITEM(fields_out, i), &out_v[i],
+                     "fields_out", i, 'd', sizeof(double), 0) < 0) {
+            goto exit;
+        }
+        if (out_v[i].readonly) {
+            PyErr_Format(PyExc_ValueError, "run_scheme: fields_out[%zd] is "
+                         "read-only", i);
+            goto exit;
+        }
+        for (Py_ssize_t j = 0; j < i; j++) {
+            if (overlap(&out_v[i], &out_v[j])) {
+                PyErr_Format(PyExc_ValueError, "run_scheme: fields_out[%zd] "
+                             "and fields_out[%zd] overlap", j, i);
+                goto exit;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < np; i++) {
+        if (get_view(PyTuple_GET_ITEM(params_obj, i), &par_v[i], "params",
+                     i, 'd', sizeof(double), 0) < 0) {
+            goto exit;
+        }
+    }
+    for (Py_ssize_t i = 0; i < 2 * k + np; i++) {
+        if (!same_shape(&views[i], grid)) {
+            PyErr_SetString(PyExc_ValueError, "run_scheme: fields_in, "
+                            "fields_out and params need one shape");
+            goto exit;
+        }
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        if (get_view(PyTuple_GET_ITEM(stencils_obj, i), &st_v[i],
+                     "stencils", i, 'd', sizeof(double), grid->ndim) < 0) {
+            goto exit;
+        }
+    }
+    static const char *const table_names[] = {"coefs", "terms", "updates",
+                                              "stages"};
+    PyObject *const table_objs[] = {coefs_obj, terms_obj, updates_obj,
+                                    stages_obj};
+    for (int i = 0; i < 4; i++) {
+        if (get_view(table_objs[i], &tab_v[i], table_names[i], -1,
+                     i == 0 ? 'd' : 'i', i == 0 ? 8 : 4, i == 0 ? 1 : 2)
+            < 0) {
+            goto exit;
+        }
+    }
+    const Py_ssize_t nt = tab_v[1].shape[0];
+    const Py_ssize_t nu = tab_v[2].shape[0];
+    const Py_ssize_t ng = tab_v[3].shape[0];
+    if (tab_v[0].shape[0] != nt || tab_v[1].shape[1] != TERM_COLUMNS + k
+        || tab_v[2].shape[1] != 3 || tab_v[3].shape[1] != 2
+        || nt > INT32_MAX || nu > INT32_MAX || ng > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "run_scheme: the tables' shapes "
+                     "must be coefs (T,), terms (T, %zd), updates (U, 3), "
+                     "stages (G, 2)", TERM_COLUMNS + k);
+        goto exit;
+    }
+
+    /* the scheme */
+    kernels = PyMem_Calloc((size_t)(ns > 0 ? ns : 1), sizeof(cs_kernel));
+    terms = PyMem_Calloc((size_t)(nt > 0 ? nt : 1), sizeof(cs_term));
+    updates = PyMem_Calloc((size_t)(nu > 0 ? nu : 1), sizeof(cs_update));
+    stages = PyMem_Calloc((size_t)(ng > 0 ? ng : 1), sizeof(cs_stage));
+    if (kernels == NULL || terms == NULL || updates == NULL
+        || stages == NULL) {
+        PyErr_NoMemory();
+        goto exit;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        nkernels++;
+        if (read_stencil(&st_v[i], i, &kernels[i]) < 0) {
+            goto exit;
+        }
+    }
+    const double *coefs = tab_v[0].buf;
+    const int *term_rows = tab_v[1].buf;
+    for (Py_ssize_t i = 0; i < nt; i++) {
+        if (read_term(term_rows + i * (TERM_COLUMNS + k), coefs[i], (int)k,
+                      i, &terms[i]) < 0) {
+            goto exit;
+        }
+    }
+    const int *update_rows = tab_v[2].buf;
+    for (Py_ssize_t i = 0; i < nu; i++) {
+        updates[i].target = update_rows[3 * i];
+        updates[i].first_term = update_rows[3 * i + 1];
+        updates[i].term_count = update_rows[3 * i + 2];
+    }
+    const int *stage_rows = tab_v[3].buf;
+    for (Py_ssize_t i = 0; i < ng; i++) {
+        stages[i].first_update = stage_rows[2 * i];
+        stages[i].update_count = stage_rows[2 * i + 1];
+    }
+    cs_scheme scheme;
+    scheme.ndim = grid->ndim;
+    scheme.field_count = (int)k;
+    scheme.param_count = (int)np;
+    scheme.stencil_count = (int)ns;
+    scheme.stencils = kernels;
+    scheme.term_count = (int)nt;
+    scheme.terms = terms;
+    scheme.update_count = (int)nu;
+    scheme.updates = updates;
+    scheme.stage_count = (int)ng;
+    scheme.stages = stages;
+    char msg[256] = "";
+    if (cs_scheme_check(&scheme, msg, sizeof(msg)) != CS_OK) {
+        PyErr_Format(PyExc_ValueError, "run_scheme: %s", msg);
+        goto exit;
+    }
+
+    /* the run */
+    const double *in[CS_SCHEME_MAX_FIELDS];
+    double *out[CS_SCHEME_MAX_FIELDS];
+    const double *par[CS_SCHEME_MAX_PARAMS + 1];
+    for (Py_ssize_t i = 0; i < k; i++) {
+        in[i] = in_v[i].buf;
+        out[i] = out_v[i].buf;
+    }
+    for (Py_ssize_t i = 0; i < np; i++) {
+        par[i] = par_v[i].buf;
+    }
+    ptrdiff_t shape[3] = {1, 1, 1};
+    for (int a = 0; a < grid->ndim; a++) {
+        shape[3 - grid->ndim + a] = grid->shape[a];
+    }
+    cs_run_info info = {0};
+    info.fused_depth = 1;
+    info.unfused_steps = steps;
+    info.device_seconds = -1.0;
+    info.nonfinite = -1;
+    cs_py_poll sp;
+    const cs_interrupt intr = cs_py_make_poll(&sp, interruptible, progress);
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cpu_scheme_apply(&scheme, in, out, par, shape,
+                                 (cs_mode)mode, cval, steps, threads, &info,
+                                 &intr);
+    Py_END_ALLOW_THREADS
+    if (status == CS_ERR_INTERRUPTED) {
+        /* the signal handler's exception (KeyboardInterrupt) is set */
+        if (!PyErr_Occurred()) {
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+        }
+        goto exit;
+    }
+    if (status != CS_OK) {
+        cs_py_raise_status(status, "cpu", NULL);
+        goto exit;
+    }
+    result = cs_py_info_to_dict(&info);
+
+exit:
+    for (Py_ssize_t i = 0; i < nkernels; i++) {
+        cs_kernel_free(&kernels[i]);
+    }
+    PyMem_Free(kernels);
+    PyMem_Free(terms);
+    PyMem_Free(updates);
+    PyMem_Free(stages);
+    for (Py_ssize_t i = 0; i < nviews; i++) {
+        if (views[i].obj != NULL) {
+            PyBuffer_Release(&views[i]);
+        }
+    }
+    PyMem_Free(views);
+    return result;
+}

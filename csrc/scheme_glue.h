@@ -1,0 +1,16 @@
+/*
+ * scheme_glue.h -- convstencil._core.run_scheme: a PDE scheme's tables
+ * (scheme.h) from Python, run by an engine (scheme_glue.c; module.c
+ * registers it).
+ */
+#ifndef CS_SCHEME_GLUE_H
+#define CS_SCHEME_GLUE_H
+
+#include <Python.h>
+
+extern const char cs_py_run_scheme_doc[];
+
+PyObject *
+cs_py_run_scheme(PyObject *self, PyObject *args);
+
+#endif /* CS_SCHEME_GLUE_H */
