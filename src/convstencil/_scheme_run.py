@@ -23,7 +23,7 @@ def apply_scheme(grids, scheme, *, steps, mode, cval, backend, out, every,
     mode = scheme.mode if mode is None else _engine.resolve_mode(mode)
     cval = scheme.cval if cval is None else _engine.resolve_cval(cval)
     single = len(scheme.fields) == 1 and not isinstance(grids, (tuple, list))
-    grids = _as_tuple(grids, scheme, "grids")
+    grids = (grids,) if single else _as_tuple(grids, scheme, "grids")
     if out is not None:
         out = _as_tuple(out, scheme, "out") if not single else (out,)
     kinds = {_device.is_device_array(g) for g in grids}
@@ -39,6 +39,9 @@ def apply_scheme(grids, scheme, *, steps, mode, cval, backend, out, every,
     if stream is not None:
         raise TypeError("stream= applies to GPU arrays; these grids are "
                         "host arrays")
+    if single and callback is not None:
+        whole = callback
+        callback = lambda step, state: whole(step, state[0])  # noqa: E731
     result = _apply_host(grids, scheme, steps, mode, cval, backend, out,
                          every, callback, progress, params)
     return result[0] if single else result
