@@ -7,10 +7,10 @@ onestep.cu is built for (1D kernels of 3, 5 and 7 points; planar pluses,
 boxes and outer products of sides 3, 5 and 7; 3D stars of 7 points and
 3 x 3 x 3 boxes, every tap of the shape a nonzero weight) one of its
 kernels, for everything else direct.cu's.  Every kernel variant
-(``CONVSTENCIL_ONESTEP``: unset, persist, blocks, l1, generic) is checked
-against tests/reference.py on random grids and weights, in every mode,
-on odd and tiny grids, contiguous arrays and views with longer rows, and
-against scipy.ndimage for NaN and infinities.  Marked ``gpu``.
+(``CONVSTENCIL_ONESTEP``: unset, persist, blocks, l1, deep, generic) is
+checked against tests/reference.py on random grids and weights, in every
+mode, on odd and tiny grids, contiguous arrays and views with longer
+rows, and against scipy.ndimage for NaN and infinities.  Marked ``gpu``.
 """
 import numpy as np
 import pytest
@@ -24,7 +24,7 @@ pytestmark = gpu
 MODES = [("constant", 0.5), ("wrap", 0.0), ("nearest", 0.0),
          ("reflect", 0.0), ("mirror", 0.0)]
 MODE_IDS = [m for m, _ in MODES]
-VARIANTS = [None, "persist", "blocks", "l1", "generic"]
+VARIANTS = [None, "persist", "blocks", "l1", "deep", "generic"]
 VARIANT_IDS = ["default" if v is None else v for v in VARIANTS]
 FAMILIES = ["1d3", "1d5", "1d7", "plus3", "plus5", "plus7", "box3", "box5",
             "box7", "outer5", "outer7", "star3d", "box3d"]

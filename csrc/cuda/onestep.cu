@@ -19,10 +19,13 @@
  * Anything else (other dtypes, strides or kernels, a zero weight among
  * the taps) takes direct.cu's generic kernel.  CONVSTENCIL_ONESTEP picks
  * a variant for measuring: "generic" (direct.cu's kernel always),
- * "persist" or "blocks" (the tile kernels' persistent blocks or a block
- * per tile, 1D grids read as tiles too), "l1" (1D grids through the L1
- * cache); unset, each kind of grid takes the variant measured fastest
- * (benchmarks/results/h100_onestep.md).
+ * "persist" (the tile kernels' persistent blocks; 3D: a ring of three
+ * plane tiles, two blocks per SM, cc3d.cu's), "blocks" (a block per
+ * tile, several resident, 1D grids read as tiles too; 3D: three blocks
+ * per SM), "l1" (1D grids through the L1 cache), "deep" (3D: a ring of
+ * four plane tiles, three blocks per SM).  Unset: "blocks" for 1D and
+ * planar grids, "persist" for 3D, the fastest measured
+ * (benchmarks/results/h100_onestep.md, h200_onestep_variants.md).
  */
 #include "onestep.cuh"
 
@@ -112,7 +115,8 @@ variant_of_env(cs_cuda_ctx *ctx, int *variant)
     } names[] = {{"generic", -1},
                  {"persist", CS_OS_PERSIST},
                  {"blocks", CS_OS_BLOCKS},
-                 {"l1", CS_OS_L1}};
+                 {"l1", CS_OS_L1},
+                 {"deep", CS_OS_DEEP}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (strcmp(env, names[i].name) == 0) {
             *variant = names[i].variant;
@@ -120,7 +124,7 @@ variant_of_env(cs_cuda_ctx *ctx, int *variant)
         }
     }
     cs_cuda_message(ctx, "CONVSTENCIL_ONESTEP must be generic, persist, "
-                         "blocks or l1, not \"%s\"",
+                         "blocks, l1 or deep, not \"%s\"",
                     env);
     return CS_ERR_INVALID;
 }
@@ -171,10 +175,10 @@ cs_onestep_plan(cs_cuda_ctx *ctx, const cs_darray *in, const cs_darray *out,
     const int aligned16 = (uintptr_t)in->data % 16 == 0
                           && (uintptr_t)out->data % 16 == 0;
     if (variant == -2) { /* the default of each kind of grid */
-        variant = dims == 1 && aligned16 ? CS_OS_L1 : CS_OS_PERSIST;
+        variant = dims == 3 ? CS_OS_PERSIST : CS_OS_BLOCKS;
     }
     if (variant == CS_OS_L1 && (dims != 1 || !aligned16)) {
-        variant = CS_OS_PERSIST;
+        variant = dims == 3 ? CS_OS_PERSIST : CS_OS_BLOCKS;
     }
     call->dims = dims;
     call->variant = variant;
@@ -202,7 +206,8 @@ cs_cuda_onestep(cs_cuda_ctx *ctx, const cs_onestep *call, int *nonfinite)
     cs_os_params p = call->p;
     p.nonfinite = nonfinite;
     if (call->dims == 3) {
-        return cs_os_launch_3d(ctx, &p, call->kx, call->shape);
+        return cs_os_launch_3d(ctx, &p, call->kx, call->shape,
+                               call->variant);
     }
     if (call->dims == 1 && call->variant == CS_OS_L1) {
         return cs_os_launch_1d_l1(ctx, &p, call->kx);

@@ -29,7 +29,7 @@
  *                         loads through the L1 cache.
  *   3D grids              cs_os_3d_kernel: a block streams a column of
  *                         64 x 16 points through its planes, a ring of
- *                         three plane tiles in flight (cc3d.cu's scheme).
+ *                         plane tiles in flight (cc3d.cu's scheme).
  *
  * What a kernel of several fields can reuse (csrc/scheme.h): the tile
  * loaders (cs_os_load_tile, cs_os_load_plane), which put any field's
@@ -570,8 +570,6 @@ cs_os_1d_l1_kernel(const cs_os_params p)
 #define CS_OS3_BX 64 /* threads along x */
 #define CS_OS3_CY 4  /* rows per thread */
 #define CS_OS3_TY (CS_OS3_THREADS / CS_OS3_BX * CS_OS3_CY) /* 16 rows */
-#define CS_OS3_MINB 2
-#define CS_OS3_STAGES 3 /* plane tiles in the ring */
 
 /*
  * Start loading input plane z (any index: mapped here) into `tile`: this
@@ -626,31 +624,34 @@ cs_os3_store(double (&acc)[K][CS_OS3_CY], const cs_os_params &p, ptrdiff_t o,
  * the slot plane j - 1 leaves, add plane j, store the output plane it
  * completes.  U = j % K, fixed by the caller's unrolling.
  */
-template <int K, int SHAPE, int U, int LOADS, int TILE, int SX>
+template <int K, int SHAPE, int U, int LOADS, int TILE, int SX, int STAGES>
 static __device__ __forceinline__ bool
 cs_os3_step(double (&acc)[K][CS_OS3_CY], double *tiles, const cs_os_params &p,
             int j, int planes, ptrdiff_t z0, const ptrdiff_t (&goff)[LOADS],
             unsigned fill, int toff, ptrdiff_t y, ptrdiff_t x)
 {
     constexpr int R = (K - 1) / 2;
-    cs_copy_wait<CS_OS3_STAGES - 2>();
+    cs_copy_wait<STAGES - 2>();
     __syncthreads();
-    const int ahead = j + CS_OS3_STAGES - 1;
+    const int ahead = j + STAGES - 1;
     if (ahead < planes) {
-        cs_os_load_plane<LOADS, TILE>(
-            tiles + (ahead % CS_OS3_STAGES) * TILE, p, z0 - R + ahead, goff,
-            fill);
+        cs_os_load_plane<LOADS, TILE>(tiles + (ahead % STAGES) * TILE, p,
+                                      z0 - R + ahead, goff, fill);
     }
     cs_copy_commit(); /* empty past the last plane: the count stays exact */
     cs_os_plane3d<K, SHAPE, CS_OS3_CY, U>(
-        acc, tiles + (j % CS_OS3_STAGES) * TILE + toff, SX, p.taps);
+        acc, tiles + (j % STAGES) * TILE + toff, SX, p.taps);
     /* output plane z0 - 2r + j is complete; planes before z0 are not this
        block's (their inputs started mid-way) */
     return cs_os3_store<K, U>(acc, p, z0 - 2 * R + j, y, x, j >= 2 * R);
 }
 
-template <int K, int SHAPE>
-__global__ void __launch_bounds__(CS_OS3_THREADS, CS_OS3_MINB)
+/*
+ * STAGES plane tiles in the ring (STAGES - 1 planes in flight while the
+ * block computes one), MINB blocks resident per SM.
+ */
+template <int K, int SHAPE, int STAGES, int MINB>
+__global__ void __launch_bounds__(CS_OS3_THREADS, MINB)
 cs_os_3d_kernel(const cs_os_params p)
 {
     constexpr int R = (K - 1) / 2;
@@ -660,7 +661,8 @@ cs_os_3d_kernel(const cs_os_params p)
     constexpr int LOADS = (TILE + CS_OS3_THREADS - 1) / CS_OS3_THREADS;
     static_assert(LOADS <= 32, "loader bits");
     static_assert(K <= 3, "the plane loop below unrolls 3 steps");
-    __shared__ double tiles[CS_OS3_STAGES * TILE];
+    static_assert(STAGES >= 2 && STAGES * TILE * 8 <= 48 * 1024, "ring");
+    __shared__ double tiles[STAGES * TILE];
 
     const int tx = (int)threadIdx.x % CS_OS3_BX;
     const int ty = (int)threadIdx.x / CS_OS3_BX;
@@ -697,7 +699,7 @@ cs_os_3d_kernel(const cs_os_params p)
             acc[s][c] = 0.0;
         }
     }
-    for (int q = 0; q < CS_OS3_STAGES - 1; q++) {
+    for (int q = 0; q < STAGES - 1; q++) {
         if (q < planes) {
             cs_os_load_plane<LOADS, TILE>(tiles + q * TILE, p, z0 - R + q,
                                           goff, fill);
@@ -712,7 +714,7 @@ cs_os_3d_kernel(const cs_os_params p)
         /* the rotation of acc needs j % K at compile time: K steps */
 #define CS_OS3_STEP(U)                                                        \
     if (U < K && jb + U < planes) {                                           \
-        bad = cs_os3_step<K, SHAPE, U % K, LOADS, TILE, SX>(                  \
+        bad = cs_os3_step<K, SHAPE, U % K, LOADS, TILE, SX, STAGES>(          \
                   acc, tiles, p, jb + U, planes, z0, goff, fill, toff, y, x)  \
               || bad;                                                         \
     }
@@ -734,7 +736,9 @@ cs_os_3d_kernel(const cs_os_params p)
 enum cs_os_variant {
     CS_OS_PERSIST = 0, /* tile kernels, persistent blocks */
     CS_OS_BLOCKS = 1,  /* tile kernels, a block per tile */
-    CS_OS_L1 = 2       /* 1D: cs_os_1d_l1_kernel */
+    CS_OS_L1 = 2,      /* 1D: cs_os_1d_l1_kernel */
+    CS_OS_DEEP = 3     /* 3D: four plane tiles in the ring, three blocks
+                          per SM (planar and 1D grids: as CS_OS_BLOCKS) */
 };
 
 /* Launch the tile kernel for a planar kernel (ky = 1 or kx, kx = 3, 5, 7)
@@ -747,9 +751,12 @@ cs_os_launch_tiles(cs_cuda_ctx *ctx, cs_os_params *p, int ky, int kx,
 cs_status
 cs_os_launch_1d_l1(cs_cuda_ctx *ctx, cs_os_params *p, int kx);
 
-/* Launch the 3D kernel (k = 3, CS_OS_BOX or CS_OS_STAR). */
+/* Launch the 3D kernel (k = 3, CS_OS_BOX or CS_OS_STAR): a ring of three
+   plane tiles and two blocks per SM (CS_OS_PERSIST, cc3d.cu's), three
+   blocks (CS_OS_BLOCKS), or four tiles and three blocks (CS_OS_DEEP). */
 cs_status
-cs_os_launch_3d(cs_cuda_ctx *ctx, cs_os_params *p, int k, int shape);
+cs_os_launch_3d(cs_cuda_ctx *ctx, cs_os_params *p, int k, int shape,
+                int variant);
 
 /* ------------------------------------------------------------------------
  * the engine's entry (onestep.cu)

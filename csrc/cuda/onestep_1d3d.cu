@@ -35,7 +35,7 @@ cs_os_launch_1d_l1(cs_cuda_ctx *ctx, cs_os_params *p, int kx)
 
 /* The 3D kernel over the grid's tiles and z blocks (p->tiles_x, p->zc
    and p->zb0 filled in here). */
-template <int K, int SHAPE>
+template <int K, int SHAPE, int STAGES, int MINB>
 static cs_status
 os_3d_launch(cs_cuda_ctx *ctx, cs_os_params *p, const char *name)
 {
@@ -56,25 +56,40 @@ os_3d_launch(cs_cuda_ctx *ctx, cs_os_params *p, const char *name)
     p->zc = zc < p->n[0] ? zc : p->n[0];
     const ptrdiff_t zblocks = CEIL_DIV(p->n[0], p->zc);
     const cudaStream_t st = ctx->stream;
+    constexpr int T = CS_OS3_THREADS;
     for (p->zb0 = 0; p->zb0 < zblocks; p->zb0 += 65535) {
         const ptrdiff_t nb =
             zblocks - p->zb0 < 65535 ? zblocks - p->zb0 : 65535;
         dim3 grid((unsigned)tiles_xy, (unsigned)nb);
-        cs_os_3d_kernel<K, SHAPE><<<grid, CS_OS3_THREADS, 0, st>>>(*p);
+        cs_os_3d_kernel<K, SHAPE, STAGES, MINB><<<grid, T, 0, st>>>(*p);
         CS_TRY(cs_cuda_check_launch(ctx, name));
     }
     return CS_OK;
 }
 
+template <int K, int SHAPE>
+static cs_status
+os_3d_variant(cs_cuda_ctx *ctx, cs_os_params *p, int variant,
+              const char *name)
+{
+    switch (variant) {
+    case CS_OS_BLOCKS: return os_3d_launch<K, SHAPE, 3, 3>(ctx, p, name);
+    case CS_OS_DEEP: return os_3d_launch<K, SHAPE, 4, 3>(ctx, p, name);
+    default: return os_3d_launch<K, SHAPE, 3, 2>(ctx, p, name);
+    }
+}
+
 cs_status
-cs_os_launch_3d(cs_cuda_ctx *ctx, cs_os_params *p, int k, int shape)
+cs_os_launch_3d(cs_cuda_ctx *ctx, cs_os_params *p, int k, int shape,
+                int variant)
 {
     if (k == 3 && shape == CS_OS_BOX) {
-        return os_3d_launch<3, CS_OS_BOX>(ctx, p, "cs_os_3d_kernel<3, box>");
+        return os_3d_variant<3, CS_OS_BOX>(ctx, p, variant,
+                                           "cs_os_3d_kernel<3, box>");
     }
     if (k == 3 && shape == CS_OS_STAR) {
-        return os_3d_launch<3, CS_OS_STAR>(ctx, p,
-                                           "cs_os_3d_kernel<3, star>");
+        return os_3d_variant<3, CS_OS_STAR>(ctx, p, variant,
+                                            "cs_os_3d_kernel<3, star>");
     }
     cs_cuda_message(ctx, "cs_os_launch_3d: no instance for side %d, shape %d",
                     k, shape);

@@ -73,7 +73,7 @@ template <int KY, int KX, int SHAPE, bool FLAT>
 static cs_status
 os_variant(cs_cuda_ctx *ctx, cs_os_params *p, int variant, const char *name)
 {
-    if (variant == CS_OS_BLOCKS) {
+    if (variant == CS_OS_BLOCKS || variant == CS_OS_DEEP) {
         return os_launch<KY, KX, SHAPE, FLAT, false>(ctx, p, name);
     }
     return os_launch<KY, KX, SHAPE, FLAT, true>(ctx, p, name);

@@ -743,15 +743,17 @@ static void onestep_cases(bool quick) {
     Kern h5 = make_kernel("1d5", 1, 1, 1, 5, false, true);
     Kern h7 = make_kernel("1d7", 1, 1, 1, 7, false, true);
     for (cs_mode m : modes) {
-        onestep_case(h3, 1, 1, 4099, m, L1);
-        onestep_case(h5, 1, 1, 2, m, L1);
-        onestep_case(h7, 1, 1, 6151, m, L1);
+        onestep_case(h3, 1, 1, 4099, m, L1, "l1");
+        onestep_case(h5, 1, 1, 2, m, L1, "l1");
+        onestep_case(h7, 1, 1, 6151, m, L1, "l1");
         onestep_case(h3, 1, 1, 1, m, TILE, "persist");
         onestep_case(h5, 1, 1, 8195, m, TILE, "persist");
-        onestep_case(h7, 1, 1, 9000, m, TILE, "blocks");
+        onestep_case(h7, 1, 1, 9000, m, TILE);
+        onestep_case(h3, 1, 1, 4097, m, TILE);
     }
-    onestep_case(h5, 1, 1, 5001, R, TILE, nullptr, 0, 1);  // not 16-byte aligned
-    onestep_case(h3, 1, 1, 5000, C, L1, nullptr, 0, 0, 9);
+    onestep_case(h5, 1, 1, 5001, R, TILE, "l1", 0, 1);  // not 16-byte aligned
+    onestep_case(h3, 1, 1, 5000, C, L1, "l1", 0, 0, 9);
+    onestep_case(h5, 1, 1, 7000, N, TILE, nullptr, 0, 0, 9);
     onestep_case(h7, 1, 1, 8300, M, TILE, "persist", 0, 0, 9);
     onestep_case(h5, 1, 1, 700, W, GEN, "generic");
     // planar: pluses, boxes, outer products of sides 3, 5, 7
@@ -782,13 +784,13 @@ static void onestep_cases(bool quick) {
     const Kern *planar[] = {&p3, &b3, &p5, &b5, &o5, &p7, &b7, &o7};
     for (const Kern *K : planar) {
         for (cs_mode m : modes) {
-            onestep_case(*K, 1, 70, 131, m, TILE);  // tiles moved past both far edges
-            if (!quick) onestep_case(*K, 1, 33, 129, m, TILE, "blocks");
+            onestep_case(*K, 1, 70, 131, m, TILE, "persist");  // past both far edges
+            if (!quick) onestep_case(*K, 1, 33, 129, m, TILE);
         }
         onestep_case(*K, 1, 1, 1, W, TILE);
-        onestep_case(*K, 1, 2, 3, R, TILE, "blocks");
+        onestep_case(*K, 1, 2, 3, R, TILE, "persist");
         onestep_case(*K, 2, 5, 9, M, TILE, nullptr, 3);    // two planes, padded rows
-        onestep_case(*K, 1, 65, 140, N, TILE, "blocks", 1, 1);
+        onestep_case(*K, 1, 65, 140, N, TILE, "deep", 1, 1);
         onestep_case(*K, 1, 40, 150, C, TILE, nullptr, 0, 0, 12);
     }
     // a zero among a box's weights (or a plus's), and an outer product
@@ -814,6 +816,11 @@ static void onestep_cases(bool quick) {
         onestep_case(*K, 1, 1, 1, N, K3D);
         onestep_case(*K, 70, 3, 4, R, K3D, nullptr, 1, 1);  // two z blocks
         onestep_case(*K, 9, 20, 65, C, K3D, nullptr, 0, 0, 10);
+        for (const char *v : {"blocks", "deep"}) {  // other rings, occupancies
+            onestep_case(*K, 21, 17, 67, W, K3D, v);
+            onestep_case(*K, 70, 3, 4, M, K3D, v, 1, 1);
+            onestep_case(*K, 9, 20, 65, C, K3D, v, 0, 0, 10);
+        }
     }
     Kern c3z = c3;
     c3z.w[0] = 0.0;
