@@ -18,6 +18,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether a call is queued on the caller's stream and waits for no
+   other (the arrays' producers name that stream, or none). */
+static int
+queued_alone(const cs_cuda_streams *streams)
+{
+    if (streams == NULL || streams->run == 0) {
+        return 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (streams->wait[i] != 0 && streams->wait[i] != streams->run) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* One step in one launch: onestep.cuh's kernel where one takes the
    call (its weights travel in the launch parameters), else direct.cu's
    (taps uploaded unless the lane holds them). */
@@ -28,6 +44,13 @@ apply_direct(cs_cuda_ctx *ctx, const cs_darray *in, const cs_darray *out,
 {
     cs_onestep os;
     CS_TRY(cs_onestep_plan(ctx, in, out, shape, kernel, mode, cval, &os));
+    if (os.taken && queued_alone(streams)) {
+        /* needs nothing of a lane (no taps, no flag, no event to wait
+           for): launched on the caller's stream at once, which spares a
+           scheme's many small calls the lane's lock and events */
+        ctx->stream = (cudaStream_t)streams->run;
+        return cs_cuda_onestep(ctx, &os, NULL);
+    }
     cs_apply_state s;
     memset(&s, 0, sizeof(s));
     int timed = 1;

@@ -54,8 +54,10 @@ os_launch(cs_cuda_ctx *ctx, cs_os_params *p, const char *name)
         p->tiles = p->tiles_plane * p->n[0];
     }
     const size_t smem = (PERSIST ? 2 : 1) * (size_t)G::TILE * sizeof(double);
-    CS_TRY(cs_cuda_allow_smem(ctx, cs_os_tile_kernel<KY, KX, SHAPE, C>,
-                              smem, name));
+    if (smem > 48 * 1024) { /* the opt-in; a block per tile needs none */
+        CS_TRY(cs_cuda_allow_smem(ctx, cs_os_tile_kernel<KY, KX, SHAPE, C>,
+                                  smem, name));
+    }
     ptrdiff_t blocks = p->tiles;
     if (PERSIST) {
         const ptrdiff_t most = (ptrdiff_t)ctx->sms * MINB;

@@ -639,7 +639,8 @@ static void device_array_cases(bool quick) {
 static void onestep_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
                          ptrdiff_t nx, cs_mode mode, const char *want,
                          const char *variant = nullptr, ptrdiff_t pad = 0,
-                         ptrdiff_t shift = 0, int specials = 0) {
+                         ptrdiff_t shift = 0, int specials = 0,
+                         int on_stream = 0) {
     const ptrdiff_t n[3] = {nz, ny, nx};
     const ptrdiff_t row = nx + pad, count = nz * ny * nx;
     const double cval = 0.5;
@@ -685,10 +686,25 @@ static void onestep_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     if (variant) setenv("CONVSTENCIL_ONESTEP", variant, 1);
     cs_run_info info{};
     char err[512] = "";
+    // on_stream: queued on a stream of the caller's, which the arrays'
+    // producer names too (1) or another (2): no flag is read
+    cudaStream_t user = nullptr, other = nullptr;
+    cs_cuda_streams streams{{0, 0}, 0};
+    if (on_stream) {
+        cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking);
+        cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+        streams = {{(uintptr_t)(on_stream == 1 ? user : other), 0}, (uintptr_t)user};
+    }
     cs_emu_reset_launches();
     cs_status st = cs_cuda_apply_device(&a, &o, n, &k, mode, cval, 1, CS_CUDA_PATH_AUTO,
-                                        nullptr, &info, nullptr, err, sizeof err);
+                                        on_stream ? &streams : nullptr, &info, nullptr,
+                                        err, sizeof err);
     unsetenv("CONVSTENCIL_ONESTEP");
+    if (on_stream) {
+        cudaStreamSynchronize(user);
+        cudaStreamDestroy(user);
+        cudaStreamDestroy(other);
+    }
     const char *kernels[] = {"cs_os_tile_kernel", "cs_os_1d_l1_kernel",
                              "cs_os_3d_kernel", "direct_step_kernel"};
     bool ran_ok = true;
@@ -717,13 +733,15 @@ static void onestep_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
     cudaFree(din);
     cudaFree(dout);
+    const int want_flag = on_stream ? -1 : (int)any_bad;
     const bool ok = st == CS_OK && ran_ok && rel <= 1e-12 && specials_ok
-                    && info.nonfinite == (int)any_bad && !leaked();
-    printf("%s onestep %-10s %tdx%tdx%td mode=%d %s%s%s%s -> %s (want %s) "
+                    && info.nonfinite == want_flag && !leaked();
+    printf("%s onestep %-10s %tdx%tdx%td mode=%d %s%s%s%s%s -> %s (want %s) "
            "nonfinite=%d rel=%.2e %s\n",
            ok ? "ok  " : "FAIL", K.name.c_str(), nz, ny, nx, (int)mode,
            variant ? variant : "default", pad ? " padded" : "",
            shift ? " shifted" : "", specials ? " specials" : "",
+           on_stream ? (on_stream == 1 ? " on-stream" : " on-stream-waits") : "",
            info.path ? info.path : "?", want, info.nonfinite, rel,
            st != CS_OK ? err : "");
     ok ? passes++ : failures++;
@@ -827,6 +845,14 @@ static void onestep_cases(bool quick) {
     onestep_case(c3z, 5, 6, 7, M, GEN);
     // arrays of other kinds: not taken (direct.cu's kernel or the engine)
     onestep_case(b3, 1, 20, 30, C, GEN, "generic");
+    // queued on the caller's stream: launched at once (1), or through a
+    // lane that waits for the producer's other stream (2)
+    for (int on : {1, 2}) {
+        onestep_case(h3, 1, 1, 9001, W, TILE, nullptr, 0, 0, 3, on);
+        onestep_case(p7, 1, 70, 131, R, TILE, nullptr, 0, 0, 3, on);
+        onestep_case(s3, 19, 17, 67, M, K3D, nullptr, 0, 0, 3, on);
+        onestep_case(b3z, 1, 20, 30, C, GEN, nullptr, 0, 0, 0, on);
+    }
 }
 
 // cs_cuda_set_device / cs_cuda_current_device: device 0 of one, an
