@@ -2,33 +2,61 @@
  * device_call.cu -- cs_cuda_apply_device: device arrays in and out.
  *
  * The arrays are checked to be memory of the current device; a single
- * step on arrays that do not overlap is one launch of direct.cu's kernel,
- * reading and writing them where they are (any dtype and strides in,
- * float64 out); everything else is engine.cu's call with the arrays as
- * its grid_io (read straight into the padded grid, written straight
- * out).
+ * step on arrays that do not overlap is one launch, reading and writing
+ * them where they are: one of onestep.cuh's kernels for float64 arrays
+ * with unit x stride and the kernels they are built for, direct.cu's
+ * for any other dtype, strides or kernel (float64 out); everything else
+ * is engine.cu's call with the arrays as its grid_io (read straight
+ * into the padded grid, written straight out).
  */
 #include "engine.cuh"
 #include "direct.cuh"
+#include "onestep.cuh"
 #include "transfer.cuh"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* One step with direct.cu's kernel: taps uploaded (unless the lane holds
-   them), one launch. */
+/* Whether a call is queued on the caller's stream and waits for no
+   other (the arrays' producers name that stream, or none). */
+static int
+queued_alone(const cs_cuda_streams *streams)
+{
+    if (streams == NULL || streams->run == 0) {
+        return 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (streams->wait[i] != 0 && streams->wait[i] != streams->run) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* One step in one launch: onestep.cuh's kernel where one takes the
+   call (its weights travel in the launch parameters), else direct.cu's
+   (taps uploaded unless the lane holds them). */
 static cs_status
 apply_direct(cs_cuda_ctx *ctx, const cs_darray *in, const cs_darray *out,
              const ptrdiff_t shape[3], const cs_kernel *kernel, cs_mode mode,
              double cval, const cs_cuda_streams *streams, cs_run_info *info)
 {
+    cs_onestep os;
+    CS_TRY(cs_onestep_plan(ctx, in, out, shape, kernel, mode, cval, &os));
+    if (os.taken && queued_alone(streams)) {
+        /* needs nothing of a lane (no taps, no flag, no event to wait
+           for): launched on the caller's stream at once, which spares a
+           scheme's many small calls the lane's lock and events */
+        ctx->stream = (cudaStream_t)streams->run;
+        return cs_cuda_onestep(ctx, &os, NULL);
+    }
     cs_apply_state s;
     memset(&s, 0, sizeof(s));
     int timed = 1;
     cs_status st = cs_engine_begin(ctx, &s, streams, &timed);
     const size_t bytes = cs_direct_taps_bytes(kernel);
-    if (st == CS_OK) {
+    if (st == CS_OK && !os.taken) {
         s.params_host = (char *)calloc(1, bytes);
         if (s.params_host == NULL) {
             cs_cuda_message(ctx, "out of host memory (taps)");
@@ -37,7 +65,7 @@ apply_direct(cs_cuda_ctx *ctx, const cs_darray *in, const cs_darray *out,
     }
     char *taps = NULL;
     int ntaps = 0;
-    if (st == CS_OK) {
+    if (st == CS_OK && !os.taken) {
         ntaps = cs_direct_taps(kernel, s.params_host);
         st = cs_lane_params(ctx, s.lane, s.params_host, bytes, &taps);
     }
@@ -53,8 +81,10 @@ apply_direct(cs_cuda_ctx *ctx, const cs_darray *in, const cs_darray *out,
     if (st == CS_OK) {
         /* its result is exact for non-finite values too; the flag only
            reports whether there were any (where the call waits) */
-        st = cs_cuda_direct_step(ctx, in, out, shape, kernel, taps, ntaps,
-                                 mode, cval, timed ? s.lane->flags : NULL);
+        int *flag_dev = timed ? s.lane->flags : NULL;
+        st = os.taken ? cs_cuda_onestep(ctx, &os, flag_dev)
+                      : cs_cuda_direct_step(ctx, in, out, shape, kernel, taps,
+                                            ntaps, mode, cval, flag_dev);
     }
     int flag = 0;
     if (st == CS_OK && timed) {

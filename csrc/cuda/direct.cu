@@ -10,8 +10,10 @@
  * (cs_extend_index's mapping, host_device.h; constant mode reads
  * cval), and writes the output array.  The taps are the kernel's nonzero
  * weights only, so a zero weight never multiplies a NaN or an infinity
- * (scipy.ndimage skips them too).  This is what a scheme of many
- * steps=1 calls on device arrays runs (engine.cu, cs_cuda_apply_device).
+ * (scipy.ndimage skips them too).  A scheme of many steps=1 calls on
+ * device arrays runs it (device_call.cu, cs_cuda_apply_device) where
+ * onestep.cu's kernels, built for float64 arrays with unit x stride and
+ * the common kernel shapes, do not take the call.
  */
 #include "direct.cuh"
 #include "convert.cuh"

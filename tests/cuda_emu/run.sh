@@ -1,5 +1,5 @@
 #!/bin/bash
-# run.sh [quick|full|tc3d|tc3d-quick|session|tb2d|fold] -- check the CUDA engine without a GPU.
+# run.sh [quick|full|tc3d|tc3d-quick|session|tb2d|fold|onestep] -- check the CUDA engine without a GPU.
 #
 # Builds the real sources of csrc/cuda (and csrc/stencil.c, layout.c, plan.c)
 # as CPU code against the small CUDA emulation in this folder, then runs

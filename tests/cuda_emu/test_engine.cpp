@@ -626,6 +626,235 @@ static void device_array_cases(bool quick) {
     }
 }
 
+// One step between float64 arrays with unit x stride (onestep.cu): the
+// kernel that must take it (`want`: "cs_os_tile_kernel",
+// "cs_os_1d_l1_kernel", "cs_os_3d_kernel" or "direct_step_kernel"),
+// under CONVSTENCIL_ONESTEP = `variant` (nullptr: unset); rows `pad`
+// elements longer than the grid's, the arrays `shift` elements past an
+// allocation's start (8 bytes: not 16-byte aligned); `specials` NaNs and
+// infinities among the values.  Against a reference that skips zero
+// weights as scipy.ndimage does: NaN where it has NaN, the same
+// infinities, relative error <= 1e-12 elsewhere, and the non-finite flag
+// set exactly when a result is not finite.
+static void onestep_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
+                         ptrdiff_t nx, cs_mode mode, const char *want,
+                         const char *variant = nullptr, ptrdiff_t pad = 0,
+                         ptrdiff_t shift = 0, int specials = 0,
+                         int on_stream = 0) {
+    const ptrdiff_t n[3] = {nz, ny, nx};
+    const ptrdiff_t row = nx + pad, count = nz * ny * nx;
+    const double cval = 0.5;
+    cs_kernel k{};
+    if (cs_kernel_init(&k, 3, K.size, K.w.data()) != CS_OK) abort();
+    k.ndim = K.ndim;
+    std::vector<double> vals(count), ref(count);
+    for (double &v : vals) v = urand() - 0.3;
+    const double odd[3] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < specials; i++)
+        vals[(size_t)(urand() * count) % count] = odd[i % 3];
+    ptrdiff_t r[3];
+    for (int a = 0; a < 3; a++) r[a] = (K.size[a] - 1) / 2;
+    for (ptrdiff_t z = 0; z < nz; z++)
+        for (ptrdiff_t y = 0; y < ny; y++)
+            for (ptrdiff_t x = 0; x < nx; x++) {
+                double acc = 0;
+                for (ptrdiff_t dz = 0; dz < K.size[0]; dz++)
+                    for (ptrdiff_t dy = 0; dy < K.size[1]; dy++)
+                        for (ptrdiff_t dx = 0; dx < K.size[2]; dx++) {
+                            const double w = K.w[(dz * K.size[1] + dy) * K.size[2] + dx];
+                            if (w == 0.0) continue;  // as scipy.ndimage
+                            ptrdiff_t iz = cs_extend_index(z + dz - r[0], nz, mode);
+                            ptrdiff_t iy = cs_extend_index(y + dy - r[1], ny, mode);
+                            ptrdiff_t ix = cs_extend_index(x + dx - r[2], nx, mode);
+                            acc += w * ((iz < 0 || iy < 0 || ix < 0)
+                                            ? cval : vals[(iz * ny + iy) * nx + ix]);
+                        }
+                ref[(z * ny + y) * nx + x] = acc;
+            }
+    const ptrdiff_t elems = nz * ny * row + shift;
+    void *din = nullptr, *dout = nullptr;
+    cudaMalloc(&din, elems * 8);
+    cudaMalloc(&dout, elems * 8);
+    double *in = (double *)din + shift, *out = (double *)dout + shift;
+    for (ptrdiff_t i = 0; i < nz * ny * row; i++) out[i] = -7.0;  // poison
+    for (ptrdiff_t z = 0; z < nz; z++)
+        for (ptrdiff_t y = 0; y < ny; y++)
+            for (ptrdiff_t x = 0; x < nx; x++)
+                in[(z * ny + y) * row + x] = vals[(z * ny + y) * nx + x];
+    cs_darray a{in, CS_DTYPE_FLOAT64, {ny * row * 8, row * 8, 8}};
+    cs_darray o{out, CS_DTYPE_FLOAT64, {ny * row * 8, row * 8, 8}};
+    if (variant) setenv("CONVSTENCIL_ONESTEP", variant, 1);
+    cs_run_info info{};
+    char err[512] = "";
+    // on_stream: queued on a stream of the caller's, which the arrays'
+    // producer names too (1) or another (2): no flag is read
+    cudaStream_t user = nullptr, other = nullptr;
+    cs_cuda_streams streams{{0, 0}, 0};
+    if (on_stream) {
+        cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking);
+        cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+        streams = {{(uintptr_t)(on_stream == 1 ? user : other), 0}, (uintptr_t)user};
+    }
+    cs_emu_reset_launches();
+    cs_status st = cs_cuda_apply_device(&a, &o, n, &k, mode, cval, 1, CS_CUDA_PATH_AUTO,
+                                        on_stream ? &streams : nullptr, &info, nullptr,
+                                        err, sizeof err);
+    unsetenv("CONVSTENCIL_ONESTEP");
+    if (on_stream) {
+        cudaStreamSynchronize(user);
+        cudaStreamDestroy(user);
+        cudaStreamDestroy(other);
+    }
+    const char *kernels[] = {"cs_os_tile_kernel", "cs_os_1d_l1_kernel",
+                             "cs_os_3d_kernel", "direct_step_kernel"};
+    bool ran_ok = true;
+    for (const char *name : kernels)
+        ran_ok = ran_ok && (cs_emu_launches(name) > 0) == (strcmp(name, want) == 0);
+    double num = 0, den = 0;
+    bool specials_ok = true, any_bad = false;
+    for (ptrdiff_t z = 0; z < nz; z++)
+        for (ptrdiff_t y = 0; y < ny; y++)
+            for (ptrdiff_t x = 0; x < nx; x++) {
+                const double got = out[(z * ny + y) * row + x];
+                const double want_v = ref[(z * ny + y) * nx + x];
+                if (!std::isfinite(want_v)) {
+                    any_bad = true;
+                    specials_ok = specials_ok
+                                  && (std::isnan(want_v) ? std::isnan(got) : got == want_v);
+                    continue;
+                }
+                num += (got - want_v) * (got - want_v);
+                den += want_v * want_v;
+            }
+    // the padding past each row is never written
+    for (ptrdiff_t i = 0; i < nz * ny && pad > 0; i++)
+        for (ptrdiff_t x = nx; x < row; x++)
+            specials_ok = specials_ok && out[i * row + x] == -7.0;
+    const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    cudaFree(din);
+    cudaFree(dout);
+    const int want_flag = on_stream ? -1 : (int)any_bad;
+    const bool ok = st == CS_OK && ran_ok && rel <= 1e-12 && specials_ok
+                    && info.nonfinite == want_flag && !leaked();
+    printf("%s onestep %-10s %tdx%tdx%td mode=%d %s%s%s%s%s -> %s (want %s) "
+           "nonfinite=%d rel=%.2e %s\n",
+           ok ? "ok  " : "FAIL", K.name.c_str(), nz, ny, nx, (int)mode,
+           variant ? variant : "default", pad ? " padded" : "",
+           shift ? " shifted" : "", specials ? " specials" : "",
+           on_stream ? (on_stream == 1 ? " on-stream" : " on-stream-waits") : "",
+           info.path ? info.path : "?", want, info.nonfinite, rel,
+           st != CS_OK ? err : "");
+    ok ? passes++ : failures++;
+    cs_kernel_free(&k);
+}
+
+static void onestep_cases(bool quick) {
+    const char *TILE = "cs_os_tile_kernel", *L1 = "cs_os_1d_l1_kernel",
+               *K3D = "cs_os_3d_kernel", *GEN = "direct_step_kernel";
+    const cs_mode C = CS_MODE_CONSTANT, W = CS_MODE_WRAP, N = CS_MODE_NEAREST,
+                  R = CS_MODE_REFLECT, M = CS_MODE_MIRROR;
+    const cs_mode modes[] = {C, W, N, R, M};
+    // 1D: 3, 5 and 7 taps; the L1 kernel (default) and the tile kernel
+    // (1D runs of tiles); grids shorter than the kernel, one block's
+    // 2048 points and more, ends inside a pair
+    Kern h3 = make_kernel("1d3", 1, 1, 1, 3, false, true);
+    Kern h5 = make_kernel("1d5", 1, 1, 1, 5, false, true);
+    Kern h7 = make_kernel("1d7", 1, 1, 1, 7, false, true);
+    for (cs_mode m : modes) {
+        onestep_case(h3, 1, 1, 4099, m, L1, "l1");
+        onestep_case(h5, 1, 1, 2, m, L1, "l1");
+        onestep_case(h7, 1, 1, 6151, m, L1, "l1");
+        onestep_case(h3, 1, 1, 1, m, TILE, "persist");
+        onestep_case(h5, 1, 1, 8195, m, TILE, "persist");
+        onestep_case(h7, 1, 1, 9000, m, TILE);
+        onestep_case(h3, 1, 1, 4097, m, TILE);
+    }
+    onestep_case(h5, 1, 1, 5001, R, TILE, "l1", 0, 1);  // not 16-byte aligned
+    onestep_case(h3, 1, 1, 5000, C, L1, "l1", 0, 0, 9);
+    onestep_case(h5, 1, 1, 7000, N, TILE, nullptr, 0, 0, 9);
+    onestep_case(h7, 1, 1, 8300, M, TILE, "persist", 0, 0, 9);
+    onestep_case(h5, 1, 1, 700, W, GEN, "generic");
+    // planar: pluses, boxes, outer products of sides 3, 5, 7
+    Kern p3 = make_kernel("plus3", 2, 1, 3, 3, true, true);
+    Kern b3 = make_kernel("box3", 2, 1, 3, 3, false, true);
+    Kern p5 = make_kernel("plus5", 2, 1, 5, 5, true, true);
+    Kern b5 = make_kernel("box5", 2, 1, 5, 5, false, true);
+    Kern p7 = make_kernel("plus7", 2, 1, 7, 7, true, true);
+    Kern b7 = make_kernel("box7", 2, 1, 7, 7, false, true);
+    // outer products: random factors (some may be zero) and factors
+    // without zeros (signed rows)
+    Kern o5z = make_rank1("outer5z", 5), o7z = make_rank1("outer7z", 7);
+    Kern o5 = o5z, o7 = o7z;
+    o5.name = "outer5";
+    o7.name = "outer7";
+    {
+        std::vector<double> col(7), row(7);
+        for (int d = 0; d < 7; d++) {
+            col[d] = 0.3 + urand();
+            row[d] = (urand() < 0.3 ? -0.5 : 1.0) * (0.2 + urand());
+        }
+        for (int kk : {5, 7}) {
+            Kern &K = kk == 5 ? o5 : o7;
+            for (int y = 0; y < kk; y++)
+                for (int x = 0; x < kk; x++) K.w[y * kk + x] = col[y] * row[x];
+        }
+    }
+    const Kern *planar[] = {&p3, &b3, &p5, &b5, &o5, &p7, &b7, &o7};
+    for (const Kern *K : planar) {
+        for (cs_mode m : modes) {
+            onestep_case(*K, 1, 70, 131, m, TILE, "persist");  // past both far edges
+            if (!quick) onestep_case(*K, 1, 33, 129, m, TILE);
+        }
+        onestep_case(*K, 1, 1, 1, W, TILE);
+        onestep_case(*K, 1, 2, 3, R, TILE, "persist");
+        onestep_case(*K, 2, 5, 9, M, TILE, nullptr, 3);    // two planes, padded rows
+        onestep_case(*K, 1, 65, 140, N, TILE, "deep", 1, 1);
+        onestep_case(*K, 1, 40, 150, C, TILE, nullptr, 0, 0, 12);
+    }
+    // a zero among a box's weights (or a plus's), and an outer product
+    // with a zero factor: direct.cu's kernel, which skips them
+    Kern b3z = b3, p7z = p7;
+    b3z.w[4] = 0.0;
+    p7z.w[3] = 0.0;
+    onestep_case(b3z, 1, 20, 30, R, GEN);
+    onestep_case(p7z, 1, 20, 30, C, GEN, nullptr, 0, 0, 5);
+    for (const Kern *K : {&o5z, &o7z}) {
+        bool zero = false;
+        for (double v : K->w) zero = zero || v == 0.0;
+        onestep_case(*K, 1, 21, 33, W, zero ? GEN : TILE);
+    }
+    // 3D: the 7-point star and the 3 x 3 x 3 box
+    Kern s3 = make_kernel("star3d", 3, 3, 3, 3, true, true);
+    Kern c3 = make_kernel("box3d", 3, 3, 3, 3, false, true);
+    for (const Kern *K : {&s3, &c3}) {
+        for (cs_mode m : modes) {
+            onestep_case(*K, 19, 17, 67, m, K3D);
+            onestep_case(*K, 2, 3, 5, m, K3D);
+        }
+        onestep_case(*K, 1, 1, 1, N, K3D);
+        onestep_case(*K, 70, 3, 4, R, K3D, nullptr, 1, 1);  // two z blocks
+        onestep_case(*K, 9, 20, 65, C, K3D, nullptr, 0, 0, 10);
+        for (const char *v : {"blocks", "deep"}) {  // other rings, occupancies
+            onestep_case(*K, 21, 17, 67, W, K3D, v);
+            onestep_case(*K, 70, 3, 4, M, K3D, v, 1, 1);
+            onestep_case(*K, 9, 20, 65, C, K3D, v, 0, 0, 10);
+        }
+    }
+    Kern c3z = c3;
+    c3z.w[0] = 0.0;
+    onestep_case(c3z, 5, 6, 7, M, GEN);
+    // arrays of other kinds: not taken (direct.cu's kernel or the engine)
+    onestep_case(b3, 1, 20, 30, C, GEN, "generic");
+    // queued on the caller's stream: launched at once (1), or through a
+    // lane that waits for the producer's other stream (2)
+    for (int on : {1, 2}) {
+        onestep_case(h3, 1, 1, 9001, W, TILE, nullptr, 0, 0, 3, on);
+        onestep_case(p7, 1, 70, 131, R, TILE, nullptr, 0, 0, 3, on);
+        onestep_case(s3, 19, 17, 67, M, K3D, nullptr, 0, 0, 3, on);
+        onestep_case(b3z, 1, 20, 30, C, GEN, nullptr, 0, 0, 0, on);
+    }
+}
+
 // cs_cuda_set_device / cs_cuda_current_device: device 0 of one, an
 // invalid index named with the visible range, or `none` without a device.
 static void expect_device_selection(cs_status none) {
@@ -811,6 +1040,12 @@ int main(int argc, char **argv) {
         tb2d_cases(false);
         printf("%d passed, %d failed\n", passes, failures);
         return failures ? 1 : 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "onestep") == 0) {
+        // development: the one-step kernels' cases alone
+        onestep_cases(false);
+        printf("%d passed, %d failed\n", passes, failures);
+        return failures != 0;
     }
     if (argc > 1 && strcmp(argv[1], "session") == 0) {
         // development: the session cases alone
@@ -1039,6 +1274,7 @@ int main(int argc, char **argv) {
         failures++;
     }
     device_array_cases(quick);
+    onestep_cases(quick);
     session_cases();
     printf("%d passed, %d failed\n", passes, failures);
     return failures != 0;
