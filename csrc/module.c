@@ -17,6 +17,7 @@
 #include "stencil.h"
 #include "dlpack_glue.h"
 #include "plan_glue.h"
+#include "core_glue.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/tc_emulation.h"
 #ifdef CS_HAVE_CUDA
@@ -25,13 +26,6 @@
 #ifndef CS_NO_CUDA_REASON
 #define CS_NO_CUDA_REASON "built without the CUDA engine"
 #endif
-
-/* Backend codes, exported as BACKEND_* (src/convstencil/_backends.py). */
-enum {
-    BACKEND_CPU = 0,
-    BACKEND_CPU_TC = 1,
-    BACKEND_CUDA = 2
-};
 
 static int
 is_float64_carray(PyArrayObject *a)
@@ -95,8 +89,8 @@ check_arrays(PyArrayObject *grid, PyArrayObject *weights, PyArrayObject *out)
     return check_weights(weights);
 }
 
-static PyObject *
-info_to_dict(const cs_run_info *info)
+PyObject *
+cs_py_info_to_dict(const cs_run_info *info)
 {
     PyObject *seconds = Py_None;
     if (info->device_seconds >= 0.0) {
@@ -126,12 +120,6 @@ info_to_dict(const cs_run_info *info)
 
 #define SIGNAL_POLL_SECONDS 0.1 /* a tenth of a second between looks */
 
-typedef struct signal_poll {
-    double next;        /* clock reading of the next look */
-    int check_signals;  /* the main thread: run the signal handlers */
-    PyObject *progress; /* NULL, or called with the steps done so far */
-} signal_poll;
-
 static double
 monotonic_seconds(void)
 {
@@ -155,7 +143,7 @@ monotonic_seconds(void)
 static int
 poll_signals(void *arg, long steps_done)
 {
-    signal_poll *sp = (signal_poll *)arg;
+    cs_py_poll *sp = (cs_py_poll *)arg;
     const double now = monotonic_seconds();
     if (now < sp->next) {
         return 0;
@@ -173,8 +161,8 @@ poll_signals(void *arg, long steps_done)
 }
 
 /* The poll of one run: NULL when there is nothing to look at. */
-static cs_interrupt
-make_poll(signal_poll *sp, int interruptible, PyObject *progress)
+cs_interrupt
+cs_py_make_poll(cs_py_poll *sp, int interruptible, PyObject *progress)
 {
     sp->next = monotonic_seconds() + SIGNAL_POLL_SECONDS;
     /* elsewhere than in the main thread the handlers would not run; the
@@ -188,8 +176,8 @@ make_poll(signal_poll *sp, int interruptible, PyObject *progress)
     return intr;
 }
 
-static void
-raise_status(cs_status status, const char *backend, const char *detail)
+void
+cs_py_raise_status(cs_status status, const char *backend, const char *detail)
 {
     PyObject *type = PyExc_RuntimeError;
     if (status == CS_ERR_NOMEM || status == CS_ERR_DEVICE_NOMEM) {
@@ -259,7 +247,7 @@ run(PyObject *self, PyObject *args)
     }
     status = cs_kernel_init(&kernel, ndim, ksize, PyArray_DATA(weights));
     if (status != CS_OK) {
-        raise_status(status, backend_name, NULL);
+        cs_py_raise_status(status, backend_name, NULL);
         goto exit;
     }
 
@@ -271,8 +259,8 @@ run(PyObject *self, PyObject *args)
 
     const double *in_data = PyArray_DATA(grid);
     double *out_data = PyArray_DATA(out);
-    signal_poll sp;
-    const cs_interrupt intr = make_poll(&sp, interruptible, progress);
+    cs_py_poll sp;
+    const cs_interrupt intr = cs_py_make_poll(&sp, interruptible, progress);
     switch (backend) {
     case BACKEND_CPU:
         Py_BEGIN_ALLOW_THREADS
@@ -316,10 +304,10 @@ run(PyObject *self, PyObject *args)
         goto exit;
     }
     if (status != CS_OK) {
-        raise_status(status, backend_name, detail);
+        cs_py_raise_status(status, backend_name, detail);
         goto exit;
     }
-    result = info_to_dict(&info);
+    result = cs_py_info_to_dict(&info);
 
 exit:
     cs_kernel_free(&kernel);
@@ -381,7 +369,7 @@ device_kernel(PyArrayObject *weights, cs_kernel *kernel)
     cs_status status = cs_kernel_init(kernel, ndim, ksize,
                                       PyArray_DATA(weights));
     if (status != CS_OK) {
-        raise_status(status, "cuda", NULL);
+        cs_py_raise_status(status, "cuda", NULL);
         return -1;
     }
     return 0;
@@ -446,8 +434,8 @@ run_device(PyObject *self, PyObject *args)
     cs_run_info info = {0};
     info.nonfinite = -1;
     char detail[512] = "";
-    signal_poll sp;
-    const cs_interrupt intr = make_poll(&sp, interruptible, progress);
+    cs_py_poll sp;
+    const cs_interrupt intr = cs_py_make_poll(&sp, interruptible, progress);
     Py_BEGIN_ALLOW_THREADS
     status = cs_cuda_apply_device(&in, &out, shape, &kernel, (cs_mode)mode,
                                   cval, steps, (cs_cuda_path)path, &streams,
@@ -460,10 +448,10 @@ run_device(PyObject *self, PyObject *args)
         goto exit;
     }
     if (status != CS_OK) {
-        raise_status(status, "cuda", detail);
+        cs_py_raise_status(status, "cuda", detail);
         goto exit;
     }
-    result = info_to_dict(&info);
+    result = cs_py_info_to_dict(&info);
 #else
     no_cuda_engine();
     goto exit;
@@ -566,7 +554,7 @@ session_open(PyObject *self, PyObject *args)
     cs_kernel_free(&kernel);
     if (status != CS_OK) {
         PyMem_Free(box);
-        raise_status(status, "cuda", detail);
+        cs_py_raise_status(status, "cuda", detail);
         return NULL;
     }
     PyObject *capsule = PyCapsule_New(box, SESSION_CAPSULE,
@@ -602,7 +590,7 @@ session_run(PyObject *self, PyObject *capsule)
     status = cs_cuda_session_run(box->x, detail, sizeof(detail));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
-        raise_status(status, "cuda", detail);
+        cs_py_raise_status(status, "cuda", detail);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -670,7 +658,7 @@ session_copy(PyObject *self, PyObject *args)
                                   put, detail, sizeof(detail));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
-        raise_status(status, "cuda", detail);
+        cs_py_raise_status(status, "cuda", detail);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -716,7 +704,7 @@ session_close(PyObject *self, PyObject *args)
     cs_cuda_session_free(box->x);
     box->x = NULL;
     if (status != CS_OK) {
-        raise_status(status, "cuda", detail);
+        cs_py_raise_status(status, "cuda", detail);
         return NULL;
     }
     return PyBool_FromLong(nonfinite);
@@ -772,7 +760,7 @@ copy_between(PyObject *args, int to_device)
                                         sizeof(detail));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
-        raise_status(status, "cuda", detail);
+        cs_py_raise_status(status, "cuda", detail);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -821,7 +809,7 @@ device_alloc(PyObject *self, PyObject *args)
                             sizeof(detail));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
-        raise_status(status, "cuda", detail);
+        cs_py_raise_status(status, "cuda", detail);
         return NULL;
     }
     return Py_BuildValue("(Ki)", (unsigned long long)(uintptr_t)ptr, device);
