@@ -397,8 +397,13 @@ typedef struct sch_geom {
     ptrdiff_t walk_lin;
 } sch_geom;
 
-/* Tiles of the grid: planes walked along z when there are several,
-   else rows walked along y, else one line. */
+/*
+ * Tiles of the grid: planes walked along z when there are several, else
+ * rows walked along y, else one line.  CONVSTENCIL_SCHEME_TILE picks
+ * another layout, for measuring: "interleaved" (a thread's rows 8 apart
+ * in 2D), "wide" (64 threads along x, 4 rows of them), "planes" (3D grids
+ * as planes, each walked along y); anything else is CS_ERR_INVALID.
+ */
 static cs_status
 geom_make(cs_cuda_ctx *ctx, const ptrdiff_t shape[3], sch_geom *g)
 {
@@ -408,23 +413,34 @@ geom_make(cs_cuda_ctx *ctx, const ptrdiff_t shape[3], sch_geom *g)
     }
     g->sy = shape[2];
     g->sz = shape[1] * shape[2];
-    const int rows = SCH_THREADS / SCH_WARP_X;
-    if (shape[0] > 1) {
+    const char *env = getenv("CONVSTENCIL_SCHEME_TILE");
+    const char *tile = env != NULL ? env : "";
+    const int wide = strcmp(tile, "wide") == 0;
+    if (!wide && strcmp(tile, "") != 0 && strcmp(tile, "interleaved") != 0
+        && strcmp(tile, "planes") != 0) {
+        cs_cuda_message(ctx, "CONVSTENCIL_SCHEME_TILE must be interleaved, "
+                             "wide or planes, not \"%s\"",
+                        tile);
+        return CS_ERR_INVALID;
+    }
+    const int tpx = wide ? 2 * SCH_WARP_X : SCH_WARP_X;
+    const int rows = SCH_THREADS / tpx;
+    g->tpx_log = wide ? 6 : 5;
+    if (shape[0] > 1 && strcmp(tile, "planes") != 0) {
         g->box[0] = SCH_ROWS;
         g->box[1] = rows;
-        g->box[2] = SCH_WARP_X;
-        g->tpx_log = 5;
+        g->box[2] = tpx;
         g->ay = 1;
         g->walk[0] = 1;
         g->walk_lin = g->sz;
-    } else if (shape[1] > 1) {
+    } else if (shape[1] > 1 || shape[0] > 1) {
+        const int interleaved = strcmp(tile, "interleaved") == 0;
         g->box[0] = 1;
         g->box[1] = rows * SCH_ROWS;
-        g->box[2] = SCH_WARP_X;
-        g->tpx_log = 5;
-        g->ay = SCH_ROWS;
-        g->walk[1] = 1;
-        g->walk_lin = g->sy;
+        g->box[2] = tpx;
+        g->ay = interleaved ? 1 : SCH_ROWS;
+        g->walk[1] = interleaved ? rows : 1;
+        g->walk_lin = g->walk[1] * g->sy;
     } else {
         g->box[0] = 1;
         g->box[1] = 1;
