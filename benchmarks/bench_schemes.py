@@ -29,8 +29,11 @@ step moves (each field and parameter field read once, each updated field
 written once); gbytes_per_s is that times the rate, beside the copy
 floor (a device-to-device copy of a 10240^2 grid, bytes read and written,
 measured once).  Before timing, 4 steps of both systems from the same
-fields are compared (rel_error_vs_cupy).  --tiles also times the tile
-layouts scheme.cu offers for measuring (CONVSTENCIL_SCHEME_TILE).
+fields are compared (rel_error_vs_cupy).  --tiles and --kernels also
+time the tile layouts and kernel instances scheme.cu offers for
+measuring (CONVSTENCIL_SCHEME_TILE, CONVSTENCIL_SCHEME_KERNEL: points a
+thread, taps at a time), each pair of the two; the summary table shows
+the engine's default (DEFAULT).
 
     python benchmarks/bench_schemes.py --save h100_schemes
 
@@ -49,6 +52,8 @@ from convstencil import _core  # noqa: E402
 SIZES = {2: (10240, 10240), 3: (512, 512, 512)}
 QUICK_SIZES = {2: (512, 512), 3: (64, 64, 64)}
 PRESETS = ("wave2d", "wave2d-velocity", "wave3d", "gray-scott2d")
+# scheme.cu's default tile layout and kernel instance
+DEFAULT = ("default", "r4u1")
 GS = dict(dt=1.0, Du=0.2, Dv=0.1, F=0.04, k=0.06)
 
 
@@ -206,7 +211,18 @@ def rel_error(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def bench(cp, ndi, name, sizes, steps, repeat, tiles, prov, floor):
+def set_variant(tile, kernel):
+    """CONVSTENCIL_SCHEME_TILE and _KERNEL for a variant ("default":
+    unset)."""
+    for var, value in (("CONVSTENCIL_SCHEME_TILE", tile),
+                       ("CONVSTENCIL_SCHEME_KERNEL", kernel)):
+        if value == DEFAULT[var.endswith("KERNEL")]:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+
+
+def bench(cp, ndi, name, sizes, steps, repeat, variants, prov, floor):
     scheme = Scheme(name)
     shape = sizes[scheme.ndim]
     points = int(np.prod(shape))
@@ -231,11 +247,8 @@ def bench(cp, ndi, name, sizes, steps, repeat, tiles, prov, floor):
                   for a, b in zip(ours, theirs))
         del ours, theirs
 
-        for tile in tiles:
-            if tile:
-                os.environ["CONVSTENCIL_SCHEME_TILE"] = tile
-            else:
-                os.environ.pop("CONVSTENCIL_SCHEME_TILE", None)
+        for tile, kernel in variants:
+            set_variant(tile, kernel)
             work = [f.copy() for f in fields]
             info = {}
 
@@ -243,18 +256,18 @@ def bench(cp, ndi, name, sizes, steps, repeat, tiles, prov, floor):
                 info.update(scheme.run(work, params, steps, stream.ptr))
             secs = event_median(cp, stream, run_ours, repeat)
             rate = points * steps / secs / 1e9
-            rec = dict(base, system="convstencil-scheme",
-                       tile=tile or "default", path=info.get("path"),
+            rec = dict(base, system="convstencil-scheme", tile=tile,
+                       kernel=kernel, path=info.get("path"),
                        device_seconds=secs, gstencils_per_s=rate,
                        gbytes_per_s=rate * scheme.bytes,
                        rel_error_vs_cupy=err)
             rec.update(prov)
             records.append(rec)
-            print("%-16s %-18s %-11s %8.1f G/s %7.0f GB/s" % (
-                name, "convstencil-scheme", rec["tile"], rate,
+            print("%-16s %-18s %-11s %s %8.1f G/s %7.0f GB/s" % (
+                name, "convstencil-scheme", tile, kernel, rate,
                 rate * scheme.bytes), flush=True)
             del work
-        os.environ.pop("CONVSTENCIL_SCHEME_TILE", None)
+        set_variant(*DEFAULT)
 
         cupy = CupyScheme(cp, ndi, scheme, [f.copy() for f in fields],
                           params)
@@ -292,7 +305,8 @@ def markdown(records, prov, steps, repeat):
     variants = []
     for name, rs in by.items():
         ours = [r for r in rs if r["system"] == "convstencil-scheme"]
-        main = next(r for r in ours if r["tile"] == "default")
+        main = next(r for r in ours
+                    if (r["tile"], r.get("kernel", "r4u1")) == DEFAULT)
         cupy = next(r for r in rs if r["system"] == "cupy-scheme")
         lines.append("| %s | %s | %s | %d | %.1f | %.0f (%.0f%%) | %.1f | "
                      "%.2fx | %.1e |" % (
@@ -304,17 +318,21 @@ def markdown(records, prov, steps, repeat):
                          cupy["gstencils_per_s"],
                          main["gstencils_per_s"] / cupy["gstencils_per_s"],
                          main["rel_error_vs_cupy"]))
-        variants += [(name, r) for r in ours if r["tile"] != "default"]
+        variants += [(name, r) for r in ours if r is not main]
     floor = records[0]["copy_floor_gbytes_per_s"]
     lines += ["", "Copy floor (a device-to-device copy, bytes read and "
               "written): %.0f GB/s." % floor]
     if variants:
-        lines += ["", "Other tile layouts (CONVSTENCIL_SCHEME_TILE, for "
-                  "measuring):", "", "| preset | tile | convstencil-scheme "
-                  "| GB/s |", "|---|---|---|---|"]
+        lines += ["", "The summary is tile layout %s, kernel %s; the others "
+                  "(CONVSTENCIL_SCHEME_TILE, CONVSTENCIL_SCHEME_KERNEL: rN "
+                  "N points a thread, uM M taps at a time), for "
+                  "measuring:" % DEFAULT, "",
+                  "| preset | tile | kernel | convstencil-scheme | GB/s |",
+                  "|---|---|---|---|---|"]
         for name, r in variants:
-            lines.append("| %s | %s | %.1f | %.0f |" % (
-                name, r["tile"], r["gstencils_per_s"], r["gbytes_per_s"]))
+            lines.append("| %s | %s | %s | %.1f | %.0f |" % (
+                name, r["tile"], r.get("kernel", "r4u1"),
+                r["gstencils_per_s"], r["gbytes_per_s"]))
     return "\n".join(lines) + "\n"
 
 
@@ -323,9 +341,12 @@ def main():
     parser.add_argument("--presets", default=",".join(PRESETS))
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--tiles", default="",
-                        help="comma-separated tile layouts to time besides "
-                             "the default (interleaved, wide, planes)")
+    parser.add_argument("--tiles", default="default",
+                        help="comma-separated tile layouts to time "
+                             "(default, interleaved, wide, planes)")
+    parser.add_argument("--kernels", default="r4u1",
+                        help="comma-separated kernel instances to time "
+                             "(r4u1, r4u2, r8u1, r8u2)")
     parser.add_argument("--quick", action="store_true",
                         help="small grids: a smoke check, not figures")
     parser.add_argument("--save", default="",
@@ -335,14 +356,17 @@ def main():
     import cupyx.scipy.ndimage as ndi
 
     sizes = QUICK_SIZES if args.quick else SIZES
-    tiles = [""] + [t for t in args.tiles.split(",") if t]
+    variants = [(t, k) for t in args.tiles.split(",")
+                for k in args.kernels.split(",")]
+    if DEFAULT not in variants:
+        variants.insert(0, DEFAULT)
     prov = common.provenance(common.device_name())
     floor = copy_floor(cp, sizes[2], args.repeat)
     print("copy floor %.0f GB/s" % (floor / 1e9), flush=True)
     records = []
     for name in args.presets.split(","):
         records += bench(cp, ndi, name, sizes, args.steps, args.repeat,
-                         tiles, prov, floor)
+                         variants, prov, floor)
     text = markdown(records, prov, args.steps, args.repeat)
     print(text)
     if args.save:
