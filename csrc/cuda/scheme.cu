@@ -64,6 +64,7 @@
 #endif
 
 #define SCH_THREADS 256  /* threads of a block */
+#define SCH_ROWS 4       /* points of a thread, along the walk axis */
 #define SCH_WARP_X 32    /* threads along x (2D and 3D tiles) */
 #define SCH_MAX_SCRATCH (CS_SCHEME_MAX_FIELDS + 1)
 #define SCH_MAX_BUFFERS (2 * CS_SCHEME_MAX_FIELDS + SCH_MAX_SCRATCH)
@@ -227,7 +228,7 @@ struct sch_edge {
  * its taps in order, a monomial's the product of its factors in slot
  * order (power 0: no factor; the empty product is 1).
  */
-template <int NP, int R, int U, class P, class S>
+template <int NP, int R, class P, class S>
 static __device__ __forceinline__ void
 sch_eval(const P &p, const S &s)
 {
@@ -267,29 +268,12 @@ sch_eval(const P &p, const S &s)
                     v[i] = 0.0;
                 }
                 const int qend = term.tap0 + term.ntaps;
-                int q = term.tap0;
-                /* U == 2: the loads of two taps in flight before their
-                   sums (in tap order, as one at a time) */
+                /* the points' loads of one tap in flight together: more
+                   loads a thread (two taps at a time, 8 points) cost the
+                   registers that keep warps resident and ran slower
+                   (h100_schemes.md) */
 #pragma unroll 1
-                for (; U == 2 && q + 1 < qend; q += 2) {
-                    const double w0 = p.tap_w[q], w1 = p.tap_w[q + 1];
-                    double a[R], b[R];
-#pragma unroll
-                    for (int i = 0; i < R; i++) {
-                        a[i] = s.active(i) ? s.tap(f, i, q) : 0.0;
-                        b[i] = s.active(i) ? s.tap(f, i, q + 1) : 0.0;
-                    }
-#pragma unroll
-                    for (int i = 0; i < R; i++) {
-                        v[i] += w0 * a[i];
-                        v[i] += w1 * b[i];
-                    }
-                }
-                /* the points' loads of one tap in flight together;
-                   unrolling taps further would cost the registers that
-                   keep blocks resident */
-#pragma unroll 1
-                for (; q < qend; q++) {
+                for (int q = term.tap0; q < qend; q++) {
                     const double w = p.tap_w[q];
 #pragma unroll
                     for (int i = 0; i < R; i++) {
@@ -334,21 +318,20 @@ sch_eval(const P &p, const S &s)
 }
 
 /* Blocks resident per SM that the registers must allow: a memory-bound
-   pass needs many warps in flight; the pointwise values of 8 slots need
-   twice the registers of 2, 8 points a thread twice those of 4. */
+   pass needs many warps in flight (32 a SM, 64 registers, for up to 2
+   pointwise slots); the values of 8 slots need twice the registers of
+   2. */
 static constexpr int
-sch_min_blocks(int np, int rows, int unroll)
+sch_min_blocks(int np)
 {
-    return rows == 8 ? (np <= 4 ? 2 : 1)
-           : np <= 2 ? (unroll == 2 ? 3 : 4)
-           : np <= 4 ? 3 : 2;
+    return np <= 2 ? 4 : np <= 4 ? 3 : 2;
 }
 
-/* One stage over the grid, R points a thread (the geometry's), taps
-   U at a time: blocks walk the tiles (grid.y and grid.z stride over
-   theirs when the grid has more than a launch holds). */
-template <int NP, int R, int U, int TAPS, int TERMS>
-__global__ void __launch_bounds__(SCH_THREADS, sch_min_blocks(NP, R, U))
+/* One stage over the grid, R points a thread: blocks walk the tiles
+   (grid.y and grid.z stride over theirs when the grid has more than a
+   launch holds). */
+template <int NP, int R, int TAPS, int TERMS>
+__global__ void __launch_bounds__(SCH_THREADS, sch_min_blocks(NP))
 scheme_stage_kernel(const SCH_GRID_CONSTANT sch_params<TAPS, TERMS> p)
 {
     typedef sch_params<TAPS, TERMS> P;
@@ -367,7 +350,7 @@ scheme_stage_kernel(const SCH_GRID_CONSTANT sch_params<TAPS, TERMS> p)
             if (inside_x && inside_z && ly >= p.r[1]
                 && ly + p.box[1] + p.r[1] <= p.n[1]) {
                 const sch_inside<P> s = {p, c[0] * p.sz + c[1] * p.sy + c[2]};
-                sch_eval<NP, R, U>(p, s);
+                sch_eval<NP, R>(p, s);
                 continue;
             }
             /* at an edge: point by point, which keeps the registers of
@@ -379,7 +362,7 @@ scheme_stage_kernel(const SCH_GRID_CONSTANT sch_params<TAPS, TERMS> p)
                                            c[1] + i * p.walk[1],
                                            c[2] + i * p.walk[2]}};
                 if (s.c[0] < p.n[0] && s.c[1] < p.n[1] && s.c[2] < p.n[2]) {
-                    sch_eval<NP, 1, 1>(p, s);
+                    sch_eval<NP, 1>(p, s);
                 }
             }
         }
@@ -409,7 +392,6 @@ typedef struct sch_stage_plan {
 
 /* The geometry every launch of a call shares. */
 typedef struct sch_geom {
-    int rows, unroll;        /* points a thread; taps at a time */
     ptrdiff_t n[3], sy, sz;
     ptrdiff_t tiles[3];
     int box[3];
@@ -420,13 +402,11 @@ typedef struct sch_geom {
 
 /*
  * Tiles of the grid: planes walked along z when there are several, else
- * rows walked along y, else one line; 4 points a thread, taps one at a
- * time.  For measuring, CONVSTENCIL_SCHEME_TILE picks another layout:
+ * rows walked along y, else one line; SCH_ROWS points a thread.  For
+ * measuring, CONVSTENCIL_SCHEME_TILE picks another layout:
  * "interleaved" (a thread's rows 8 apart in 2D), "wide" (64 threads
  * along x, 4 rows of them), "planes" (3D grids as planes, each walked
- * along y); CONVSTENCIL_SCHEME_KERNEL another kernel: "r4u2" (4 points,
- * taps two at a time), "r8u1", "r8u2" (8 points).  Anything else is
- * CS_ERR_INVALID.
+ * along y); anything else is CS_ERR_INVALID.
  */
 static cs_status
 geom_make(cs_cuda_ctx *ctx, const ptrdiff_t shape[3], sch_geom *g)
@@ -447,19 +427,7 @@ geom_make(cs_cuda_ctx *ctx, const ptrdiff_t shape[3], sch_geom *g)
                         tile);
         return CS_ERR_INVALID;
     }
-    env = getenv("CONVSTENCIL_SCHEME_KERNEL");
-    const char *kernel = env != NULL && env[0] != '\0' ? env : "r4u1";
-    if (strlen(kernel) != 4 || kernel[0] != 'r' || kernel[2] != 'u'
-        || (kernel[1] != '4' && kernel[1] != '8')
-        || (kernel[3] != '1' && kernel[3] != '2')) {
-        cs_cuda_message(ctx, "CONVSTENCIL_SCHEME_KERNEL must be r4u1, r4u2, "
-                             "r8u1 or r8u2, not \"%s\"",
-                        kernel);
-        return CS_ERR_INVALID;
-    }
-    g->rows = kernel[1] - '0';
-    g->unroll = kernel[3] - '0';
-    const int R = g->rows;
+    const int R = SCH_ROWS;
     const int tpx = wide ? 2 * SCH_WARP_X : SCH_WARP_X;
     const int rows = SCH_THREADS / tpx;
     g->tpx_log = wide ? 6 : 5;
@@ -1090,19 +1058,6 @@ fill_params(const sch_geom *g, const sch_stage_plan *sp,
     memcpy(p->tap_d, sp->tap_d, (size_t)sp->ntaps * sizeof(int[3]));
 }
 
-/* The launch of instance (R, U) = (V / 10, V % 10) with NP slots. */
-#define SCH_LAUNCH(V, NP)                                                     \
-    case V * 10 + NP:                                                         \
-        sch_launch<NP, V / 10, V % 10, TAPS, TERMS>(ctx, grid, p);            \
-        break;
-
-template <int NP, int R, int U, int TAPS, int TERMS>
-static void
-sch_launch(cs_cuda_ctx *ctx, dim3 grid, const sch_params<TAPS, TERMS> *p)
-{
-    scheme_stage_kernel<NP, R, U, TAPS, TERMS><<<grid, SCH_THREADS, 0, ctx->stream>>>(*p);
-}
-
 /* Launch stage sp with the table size TAPS x TERMS. */
 template <int TAPS, int TERMS>
 static cs_status
@@ -1123,19 +1078,15 @@ launch_stage(cs_cuda_ctx *ctx, const sch_geom *g, const sch_stage_plan *sp,
                                                          : SCH_GRID_YZ),
                     (unsigned)(g->tiles[0] < SCH_GRID_YZ ? g->tiles[0]
                                                          : SCH_GRID_YZ));
-    const int np = p->npw <= 1 ? 1 : p->npw <= 2 ? 2 : p->npw <= 4 ? 4 : 8;
-    const int variant = g->rows * 10 + g->unroll;
-    switch (variant * 10 + np) {
-    SCH_LAUNCH(41, 1) SCH_LAUNCH(41, 2) SCH_LAUNCH(41, 4) SCH_LAUNCH(41, 8)
-    SCH_LAUNCH(42, 1) SCH_LAUNCH(42, 2) SCH_LAUNCH(42, 4) SCH_LAUNCH(42, 8)
-    SCH_LAUNCH(81, 1) SCH_LAUNCH(81, 2) SCH_LAUNCH(81, 4) SCH_LAUNCH(81, 8)
-    SCH_LAUNCH(82, 1) SCH_LAUNCH(82, 2) SCH_LAUNCH(82, 4) SCH_LAUNCH(82, 8)
-    default:
-        free(p);
-        cs_cuda_message(ctx, "scheme_stage_kernel: no instance for %d "
-                             "points and %d taps at a time",
-                        g->rows, g->unroll);
-        return CS_ERR_INVALID;
+    const int npw = p->npw;
+    if (npw <= 1) {
+        scheme_stage_kernel<1, SCH_ROWS, TAPS, TERMS><<<grid, SCH_THREADS, 0, ctx->stream>>>(*p);
+    } else if (npw <= 2) {
+        scheme_stage_kernel<2, SCH_ROWS, TAPS, TERMS><<<grid, SCH_THREADS, 0, ctx->stream>>>(*p);
+    } else if (npw <= 4) {
+        scheme_stage_kernel<4, SCH_ROWS, TAPS, TERMS><<<grid, SCH_THREADS, 0, ctx->stream>>>(*p);
+    } else {
+        scheme_stage_kernel<8, SCH_ROWS, TAPS, TERMS><<<grid, SCH_THREADS, 0, ctx->stream>>>(*p);
     }
     free(p);
     return cs_cuda_check_launch(ctx, "scheme_stage_kernel");
