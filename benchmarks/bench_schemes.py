@@ -29,11 +29,10 @@ step moves (each field and parameter field read once, each updated field
 written once); gbytes_per_s is that times the rate, beside the copy
 floor (a device-to-device copy of a 10240^2 grid, bytes read and written,
 measured once).  Before timing, 4 steps of both systems from the same
-fields are compared (rel_error_vs_cupy).  --tiles and --kernels also
-time the tile layouts and kernel instances scheme.cu offers for
-measuring (CONVSTENCIL_SCHEME_TILE, CONVSTENCIL_SCHEME_KERNEL: points a
-thread, taps at a time), each pair of the two; the summary table shows
-the engine's default (DEFAULT).
+fields are compared (rel_error_vs_cupy).  --tiles also times the tile
+layouts scheme.cu offers for measuring (CONVSTENCIL_SCHEME_TILE); the
+summary table shows the engine's default.  (Records of commit 950d1b6
+also carry a `kernel`: the instances it offered, r4u1 the one kept.)
 
     python benchmarks/bench_schemes.py --save h100_schemes
 
@@ -52,7 +51,8 @@ from convstencil import _core  # noqa: E402
 SIZES = {2: (10240, 10240), 3: (512, 512, 512)}
 QUICK_SIZES = {2: (512, 512), 3: (64, 64, 64)}
 PRESETS = ("wave2d", "wave2d-velocity", "wave3d", "gray-scott2d")
-# scheme.cu's default tile layout and kernel instance
+# scheme.cu's default tile layout, and its kernel (4 points a thread,
+# taps one at a time) as records of commit 950d1b6 name it
 DEFAULT = ("default", "r4u1")
 GS = dict(dt=1.0, Du=0.2, Dv=0.1, F=0.04, k=0.06)
 
@@ -211,18 +211,15 @@ def rel_error(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def set_variant(tile, kernel):
-    """CONVSTENCIL_SCHEME_TILE and _KERNEL for a variant ("default":
-    unset)."""
-    for var, value in (("CONVSTENCIL_SCHEME_TILE", tile),
-                       ("CONVSTENCIL_SCHEME_KERNEL", kernel)):
-        if value == DEFAULT[var.endswith("KERNEL")]:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = value
+def set_tile(tile):
+    """CONVSTENCIL_SCHEME_TILE for a layout ("default": unset)."""
+    if tile == DEFAULT[0]:
+        os.environ.pop("CONVSTENCIL_SCHEME_TILE", None)
+    else:
+        os.environ["CONVSTENCIL_SCHEME_TILE"] = tile
 
 
-def bench(cp, ndi, name, sizes, steps, repeat, variants, prov, floor):
+def bench(cp, ndi, name, sizes, steps, repeat, tiles, prov, floor):
     scheme = Scheme(name)
     shape = sizes[scheme.ndim]
     points = int(np.prod(shape))
@@ -247,8 +244,8 @@ def bench(cp, ndi, name, sizes, steps, repeat, variants, prov, floor):
                   for a, b in zip(ours, theirs))
         del ours, theirs
 
-        for tile, kernel in variants:
-            set_variant(tile, kernel)
+        for tile in tiles:
+            set_tile(tile)
             work = [f.copy() for f in fields]
             info = {}
 
@@ -257,17 +254,17 @@ def bench(cp, ndi, name, sizes, steps, repeat, variants, prov, floor):
             secs = event_median(cp, stream, run_ours, repeat)
             rate = points * steps / secs / 1e9
             rec = dict(base, system="convstencil-scheme", tile=tile,
-                       kernel=kernel, path=info.get("path"),
+                       kernel=DEFAULT[1], path=info.get("path"),
                        device_seconds=secs, gstencils_per_s=rate,
                        gbytes_per_s=rate * scheme.bytes,
                        rel_error_vs_cupy=err)
             rec.update(prov)
             records.append(rec)
-            print("%-16s %-18s %-11s %s %8.1f G/s %7.0f GB/s" % (
-                name, "convstencil-scheme", tile, kernel, rate,
+            print("%-16s %-18s %-11s %8.1f G/s %7.0f GB/s" % (
+                name, "convstencil-scheme", tile, rate,
                 rate * scheme.bytes), flush=True)
             del work
-        set_variant(*DEFAULT)
+        set_tile(DEFAULT[0])
 
         cupy = CupyScheme(cp, ndi, scheme, [f.copy() for f in fields],
                           params)
@@ -324,9 +321,9 @@ def markdown(records, prov, steps, repeat):
               "written): %.0f GB/s." % floor]
     if variants:
         lines += ["", "The summary is tile layout %s, kernel %s; the others "
-                  "(CONVSTENCIL_SCHEME_TILE, CONVSTENCIL_SCHEME_KERNEL: rN "
-                  "N points a thread, uM M taps at a time), for "
-                  "measuring:" % DEFAULT, "",
+                  "(CONVSTENCIL_SCHEME_TILE; kernel rN: N points a "
+                  "thread, uM: M taps at a time), for measuring:" % DEFAULT,
+                  "",
                   "| preset | tile | kernel | convstencil-scheme | GB/s |",
                   "|---|---|---|---|---|"]
         for name, r in variants:
@@ -344,9 +341,6 @@ def main():
     parser.add_argument("--tiles", default="default",
                         help="comma-separated tile layouts to time "
                              "(default, interleaved, wide, planes)")
-    parser.add_argument("--kernels", default="r4u1",
-                        help="comma-separated kernel instances to time "
-                             "(r4u1, r4u2, r8u1, r8u2)")
     parser.add_argument("--quick", action="store_true",
                         help="small grids: a smoke check, not figures")
     parser.add_argument("--save", default="",
@@ -356,17 +350,16 @@ def main():
     import cupyx.scipy.ndimage as ndi
 
     sizes = QUICK_SIZES if args.quick else SIZES
-    variants = [(t, k) for t in args.tiles.split(",")
-                for k in args.kernels.split(",")]
-    if DEFAULT not in variants:
-        variants.insert(0, DEFAULT)
+    tiles = [t for t in args.tiles.split(",") if t]
+    if DEFAULT[0] not in tiles:
+        tiles.insert(0, DEFAULT[0])
     prov = common.provenance(common.device_name())
     floor = copy_floor(cp, sizes[2], args.repeat)
     print("copy floor %.0f GB/s" % (floor / 1e9), flush=True)
     records = []
     for name in args.presets.split(","):
         records += bench(cp, ndi, name, sizes, args.steps, args.repeat,
-                         variants, prov, floor)
+                         tiles, prov, floor)
     text = markdown(records, prov, args.steps, args.repeat)
     print(text)
     if args.save:
