@@ -90,7 +90,8 @@ def make_extension():
     march = os.environ.get("CONVSTENCIL_MARCH", "native")
     sources = (["csrc/module.c", "csrc/stencil.c", "csrc/layout.c",
                 "csrc/host_copy.c", "csrc/dlpack_glue.c", "csrc/plan.c",
-                "csrc/plan_glue.c", "csrc/scheme.c", "csrc/scheme_glue.c"]
+                "csrc/plan_glue.c", "csrc/scheme.c", "csrc/scheme_glue.c",
+                "csrc/scheme_device_glue.c"]
                + sorted(glob.glob("csrc/cpu/*.c")))
     compile_args = ["-std=c99", "-O3", "-fopenmp", "-Wall", "-Wextra",
                     "-Wno-unused-parameter"]

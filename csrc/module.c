@@ -17,6 +17,7 @@
 #include "stencil.h"
 #include "dlpack_glue.h"
 #include "plan_glue.h"
+#include "scheme_device_glue.h"
 #include "scheme_glue.h"
 #include "core_glue.h"
 #include "cpu/cpu_engine.h"
@@ -1041,6 +1042,8 @@ static PyMethodDef core_methods[] = {
     {"run", run, METH_VARARGS, run_doc},
     {"run_scheme", cs_py_run_scheme, METH_VARARGS, cs_py_run_scheme_doc},
     {"run_device", run_device, METH_VARARGS, run_device_doc},
+    {"run_scheme_device", cs_py_run_scheme_device, METH_VARARGS,
+     cs_py_run_scheme_device_doc},
     {"to_device", to_device, METH_VARARGS, copy_doc},
     {"to_host", to_host, METH_VARARGS, copy_doc},
     {"device_alloc", device_alloc, METH_VARARGS, device_alloc_doc},

@@ -16,6 +16,7 @@
 #ifndef CS_CUDA_ENGINE_H
 #define CS_CUDA_ENGINE_H
 
+#include "../scheme.h"
 #include "../stencil.h"
 
 #include <stdint.h>
@@ -126,6 +127,30 @@ cs_cuda_apply_device(const cs_darray *in, const cs_darray *out,
                      cs_cuda_path path, const cs_cuda_streams *streams,
                      cs_run_info *info, const cs_interrupt *intr, char *err,
                      size_t err_len);
+
+/*
+ * A PDE scheme (scheme.h) advanced `steps` steps on device arrays of the
+ * current device: in[f], out[f] (field f) and params[q] are float64
+ * C-contiguous arrays of extents shape[0..2] (leading 1s for 1D and 2D).
+ * The outs are distinct; an out may be an in (its own field's: in
+ * place, or another's: time levels swapped), any other overlap is
+ * CS_ERR_INVALID; an in that is no out is never written.  Each stage of
+ * each step is one pass over the grid (scheme.cu); an update that is
+ * another field unchanged only renames buffers.  Scratch arrays (at most
+ * K + 1) come from the engine's kept device memory.  `stream` 0: the
+ * engine's own stream, after the work queued so far on the legacy
+ * default stream, and the call returns when the outs hold the result
+ * (info->device_seconds measured); otherwise the work is queued on
+ * `stream` and the call returns at once.  `intr` is polled before each
+ * step; when it stops the run, the outs may hold partial results.
+ */
+cs_status
+cs_cuda_scheme_apply_device(const cs_scheme *s, double *const *in,
+                            double *const *out, const double *const *params,
+                            const ptrdiff_t shape[3], cs_mode mode,
+                            double cval, long steps, uintptr_t stream,
+                            cs_run_info *info, const cs_interrupt *intr,
+                            char *err, size_t err_len);
 
 /*
  * Copy `bytes` between host memory and device memory of the current

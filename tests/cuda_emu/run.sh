@@ -1,11 +1,14 @@
 #!/bin/bash
-# run.sh [quick|full|tc3d|tc3d-quick|session|tb2d|fold|onestep] -- check the CUDA engine without a GPU.
+# run.sh [quick|full|tc3d|tc3d-quick|session|tb2d|fold|onestep|scheme|
+#         scheme-quick] -- check the CUDA engine without a GPU.
 #
 # Builds the real sources of csrc/cuda (and csrc/stencil.c, layout.c, plan.c)
 # as CPU code against the small CUDA emulation in this folder, then runs
 # test_engine: cs_cuda_apply on every path, mode and kernel family against
 # a naive step-by-step correlate, plus the error paths (no device, no
-# driver, device out of memory, unsupported kernels) and leak checks.
+# driver, device out of memory, unsupported kernels) and leak checks;
+# "scheme" runs test_scheme instead: PDE schemes on device arrays
+# (cs_cuda_scheme_apply_device) against a plain evaluation of their tables.
 # Launches `k<<<g, b, smem, stream>>>(args);` (counted by the kernel's
 # name, for the tests to see which kernels a call ran) and the dynamic
 # shared array are rewritten by sed on the way; nothing else in the
@@ -43,9 +46,15 @@ for f in "$out"/cuda/*.cu; do
         -o "$out/$(basename "$f" .cu).o"
 done
 "${cxx[@]}" -c "$here/emu.cpp" -o "$out/emu.o"
-"${cxx[@]}" -c "$here/test_engine.cpp" -o "$out/test_engine.o"
-for f in stencil layout host_copy plan; do
-    gcc -std=c99 -O2 -g -I"$out" "${flags[@]}" -c "$src/$f.c" -o "$out/$f.o"
+mkdir -p "$out/tests"
+for f in stencil layout host_copy plan scheme; do
+    # .c.o: csrc/scheme.c and csrc/cuda/scheme.cu share a name
+    gcc -std=c99 -O2 -g -I"$out" "${flags[@]}" -c "$src/$f.c" -o "$out/$f.c.o"
 done
-"${cxx[@]}" "$out"/*.o -o "$out/test_engine" -lpthread
-exec "$out/test_engine" "${1:-quick}"
+case "${1:-quick}" in
+scheme*) test=test_scheme; mode=${1#scheme}; mode=${mode#-} ;;
+*) test=test_engine; mode=${1:-quick} ;;
+esac
+"${cxx[@]}" -c "$here/$test.cpp" -o "$out/tests/$test.o"
+"${cxx[@]}" "$out"/*.o "$out/tests/$test.o" -o "$out/$test" -lpthread
+exec "$out/$test" $mode
