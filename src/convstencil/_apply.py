@@ -182,27 +182,6 @@ def _apply_host_on_device(src, grid, w, steps, mode, cval, name, path, out,
 # ---------------------------------------------------------------------------
 # device grids
 
-def _stream_handle(stream):
-    """The CUDA stream `stream` names, as an integer (0: none given)."""
-    if stream is None:
-        return 0
-    for attr in ("ptr", "cuda_stream"):  # CuPy, PyTorch stream objects
-        handle = getattr(stream, attr, None)
-        if handle is not None:
-            stream = handle
-            break
-    if isinstance(stream, bool) or not isinstance(stream, numbers.Integral):
-        raise TypeError("stream must be a CUDA stream: an integer handle or "
-                        "an object with .ptr (CuPy) or .cuda_stream "
-                        "(PyTorch), got %r" % (stream,))
-    stream = int(stream)
-    if stream < 0:
-        raise ValueError("stream handle must be >= 0, got %d" % stream)
-    # a library's handle 0 is the legacy default stream, which the
-    # stream protocols call 1
-    return stream or _device.LEGACY_DEFAULT_STREAM
-
-
 def _check_device_out(view, shape):
     if view is None:
         raise TypeError("out must be a GPU array for a GPU grid (one with "
@@ -255,7 +234,7 @@ def _run_device_segments(first, first_obj, w, steps, mode, cval, path,
 
 def _apply_device(grid, w, steps, mode, cval, backend, out, every,
                   callback, progress, stream):
-    handle = _stream_handle(stream)
+    handle = _device.stream_handle(stream)
     # the stream a DLPack producer orders its work before: the caller's,
     # or the legacy default stream, which the engine then waits for
     consumer = handle or _device.LEGACY_DEFAULT_STREAM

@@ -16,6 +16,7 @@ by the input's own library where it is loaded (CuPy, PyTorch, or any
 library with ``__array_namespace__``), found through the input's type,
 never imported; for any other input it is a `DeviceArray`.
 """
+import numbers
 import sys
 import weakref
 
@@ -130,6 +131,32 @@ def is_device_array(obj):
     except Exception:
         return False
     return kind != _DL_CPU
+
+
+def c_strides(shape, itemsize=8):
+    """Byte strides of a C-ordered array of `shape`."""
+    return _c_strides(shape, itemsize)
+
+
+def stream_handle(stream):
+    """The CUDA stream `stream` names (a CuPy or PyTorch stream object, or
+    a handle), as an integer; 0 where none is given.  A library's handle 0
+    is the legacy default stream, which the stream protocols call 1."""
+    if stream is None:
+        return 0
+    for attr in ("ptr", "cuda_stream"):  # CuPy, PyTorch stream objects
+        handle = getattr(stream, attr, None)
+        if handle is not None:
+            stream = handle
+            break
+    if isinstance(stream, bool) or not isinstance(stream, numbers.Integral):
+        raise TypeError("stream must be a CUDA stream: an integer handle or "
+                        "an object with .ptr (CuPy) or .cuda_stream "
+                        "(PyTorch), got %r" % (stream,))
+    stream = int(stream)
+    if stream < 0:
+        raise ValueError("stream handle must be >= 0, got %d" % stream)
+    return stream or LEGACY_DEFAULT_STREAM
 
 
 def _c_strides(shape, itemsize):

@@ -180,6 +180,26 @@ def run_scheme(fields_in, fields_out, params, tables, *, steps, mode, cval,
         BACKEND_CODES[backend][0], threads, interruptible, progress)
 
 
+def run_scheme_device(fields_in, fields_out, params, shape, tables, *, steps,
+                      mode, cval, stream=0, interruptible=False,
+                      progress=None):
+    """`steps` steps of a scheme on the GPU: `fields_in`, `fields_out`
+    and `params` tuples of device pointers to float64 C-contiguous arrays
+    of `shape` (an out may be an in; outs distinct).  `stream`: the
+    stream to queue on (0: the engine's own, after the legacy default
+    stream's work, and wait).  Returns the engine's record."""
+    return _core.run_scheme_device(
+        tuple(fields_in), tuple(fields_out), tuple(params), tuple(shape),
+        tables["stencils"], tables["coefs"], tables["terms"],
+        tables["updates"], tables["stages"], steps, MODE_CODES[mode], cval,
+        stream, interruptible, progress)
+
+
+def synchronize(stream):
+    """Wait for the work queued on `stream` (a cudaStream_t as an int)."""
+    _core.cuda_stream_synchronize(stream)
+
+
 _IDENTITY = {n: np.ones((1,) * n) for n in (1, 2, 3)}
 
 
