@@ -30,7 +30,6 @@ import glob
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 
