@@ -101,7 +101,7 @@ def copy(src, dst):
     sv = _device.device_view(src, known=True)
     dv = _device.device_view(dst, "out", known=True)
     _apply._run_device(sv, dv, _IDENTITY[len(sv.shape)], 0, "constant", 0.0,
-                       "cuda", 0, None)
+                       _core.PATH_AUTO, 0, None)
 
 
 def upload(host):
