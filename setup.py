@@ -4,6 +4,16 @@ Environment:
   CONVSTENCIL_CUDA=0|1   force building without / with the CUDA engine
                          (default: build it when nvcc is found via CUDA_HOME,
                          CUDA_PATH, then PATH)
+  CONVSTENCIL_CUDA=emulate
+                         for testing without a GPU: the CUDA engine's real
+                         sources compiled as CPU C++ (g++ -std=c++20) against
+                         the CUDA emulation of tests/cuda_emu (emu_build.py,
+                         the rewrite run.sh uses too), so that the Python
+                         that drives the GPU runs on the CPU; needs a source
+                         checkout (tests/cuda_emu), no nvcc.  Slow (blocks
+                         run one at a time, their threads as OS threads):
+                         tiny grids only.  backends() says "available" and
+                         cuda_info() names the emulated device.
   CONVSTENCIL_MARCH=...  -march for the C engine (default "native": the
                          package is built where it runs; set "x86-64-v3" or
                          similar for portable builds)
@@ -11,6 +21,7 @@ Environment:
 """
 import concurrent.futures
 import glob
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -35,11 +46,18 @@ def find_nvcc():
     return shutil.which("nvcc")
 
 
+EMULATE = "emulate"
+
+
 def want_cuda():
-    """(nvcc path or None, one line saying why)."""
+    """(the nvcc path, EMULATE or None; one line saying why)."""
     forced = os.environ.get("CONVSTENCIL_CUDA")
-    if forced not in (None, "", "0", "1"):
-        raise SystemExit("CONVSTENCIL_CUDA must be 0 or 1, got %r" % forced)
+    if forced not in (None, "", "0", "1", EMULATE):
+        raise SystemExit("CONVSTENCIL_CUDA must be 0, 1 or emulate, got %r"
+                         % forced)
+    if forced == EMULATE:
+        return EMULATE, ("building the CUDA engine against the CPU "
+                         "emulation of tests/cuda_emu (no GPU is used)")
     nvcc = find_nvcc()
     if forced == "0":
         return None, "CUDA engine disabled by CONVSTENCIL_CUDA=0 at build time"
@@ -51,14 +69,59 @@ def want_cuda():
     return nvcc, "building the CUDA engine with %s" % nvcc
 
 
+def load_emu_build():
+    """tests/cuda_emu/emu_build.py as a module (the emulation's rewrite
+    and compile, shared with tests/cuda_emu/run.sh)."""
+    path = os.path.join(ROOT, "tests", "cuda_emu", "emu_build.py")
+    if not os.path.isfile(path):
+        raise SystemExit("CONVSTENCIL_CUDA=emulate needs the source tree's "
+                         "tests/cuda_emu, and %s is missing" % path)
+    spec = importlib.util.spec_from_file_location("emu_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _read(path):
+    """The text of `path`, or None where it does not exist."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 class BuildExtWithCuda(build_ext):
-    """Compile csrc/cuda/*.cu with nvcc into objects linked into _core."""
+    """Compile csrc/cuda/*.cu into objects linked into _core: with nvcc,
+    or as CPU C++ against the emulation (CONVSTENCIL_CUDA=emulate)."""
 
     def build_extension(self, ext):
+        # the module is rebuilt when the engine changes kind (CPU only,
+        # nvcc, emulated): setuptools would keep a newer module whose
+        # sources did not change
+        stamp = os.path.join(self.build_temp, "cuda_engine_kind")
+        kind = ext.cuda_kind
+        if not self.force and _read(stamp) != kind:
+            self.force = True
         nvcc = getattr(ext, "nvcc", None)
-        if nvcc:
+        if nvcc == EMULATE:
+            self._compile_emulated(ext)
+        elif nvcc:
             self._compile_cuda(ext, nvcc)
         super().build_extension(ext)
+        os.makedirs(self.build_temp, exist_ok=True)
+        with open(stamp, "w") as f:
+            f.write(kind)
+
+    def _compile_emulated(self, ext):
+        """csrc/cuda as CPU objects against tests/cuda_emu; every symbol
+        hidden, so that the emulated runtime's cudaMalloc and friends
+        never meet a real CUDA runtime loaded in the same process."""
+        emu = load_emu_build()
+        build_dir = os.path.join(self.build_temp, "cuda_emu")
+        objects = emu.build(build_dir, extra=["-fPIC",
+                                              "-fvisibility=hidden"])
+        ext.extra_objects = list(ext.extra_objects or []) + objects
 
     def _compile_cuda(self, ext, nvcc):
         arch = os.environ.get("CONVSTENCIL_CUDA_ARCH", "sm_90")
@@ -102,6 +165,9 @@ def make_extension():
     libraries, library_dirs = [], []
     if not nvcc:
         macros.append(("CS_NO_CUDA_REASON", '"%s"' % why))
+    elif nvcc == EMULATE:
+        macros += [("CS_HAVE_CUDA", "1"), ("CS_CUDA_EMULATION", "1")]
+        libraries += ["stdc++", "pthread"]
     else:
         cuda_home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
         macros.append(("CS_HAVE_CUDA", "1"))
@@ -114,12 +180,17 @@ def make_extension():
     depends = sorted(glob.glob("csrc/**/*.h", recursive=True)
                      + glob.glob("csrc/cuda/*.cu")
                      + glob.glob("csrc/cuda/*.cuh"))
+    if nvcc == EMULATE:
+        depends += sorted(glob.glob("tests/cuda_emu/*.h")
+                          + glob.glob("tests/cuda_emu/*.cpp")
+                          + ["tests/cuda_emu/emu_build.py"])
     ext = Extension("convstencil._core", sources=sources, depends=depends,
                     include_dirs=[np.get_include(), "csrc"],
                     define_macros=macros, extra_compile_args=compile_args,
                     extra_link_args=link_args, libraries=libraries,
                     library_dirs=library_dirs)
     ext.nvcc = nvcc
+    ext.cuda_kind = EMULATE if nvcc == EMULATE else "nvcc" if nvcc else "none"
     return ext
 
 

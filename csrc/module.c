@@ -29,6 +29,14 @@
 #define CS_NO_CUDA_REASON "built without the CUDA engine"
 #endif
 
+/* 1 where the CUDA engine runs on the CPU emulation of tests/cuda_emu
+   (setup.py's CONVSTENCIL_CUDA=emulate), exported as CUDA_EMULATION. */
+#ifdef CS_CUDA_EMULATION
+#define CUDA_EMULATION 1
+#else
+#define CUDA_EMULATION 0
+#endif
+
 static int
 is_float64_carray(PyArrayObject *a)
 {
@@ -1119,7 +1127,9 @@ PyInit__core(void)
     import_array();
     PyObject *m = PyModule_Create(&core_module);
     if (m != NULL
-        && (add_codes(m) < 0 || cs_py_plan_add_constants(m) < 0)) {
+        && (add_codes(m) < 0 || cs_py_plan_add_constants(m) < 0
+            || PyModule_AddIntConstant(m, "CUDA_EMULATION",
+                                       CUDA_EMULATION) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -8,7 +8,13 @@
   ``||out - ref|| / ||ref|| <= 1e-12`` with a rich message.
 - ``BACKENDS``: the backends every parametrized suite runs on; "cuda" is
   marked ``gpu`` and skipped unless ``convstencil.backends()["cuda"] ==
-  "available"``.
+  "available"`` on a real GPU.
+- ``gpu`` (marks): tests that need a real GPU (large grids, timings).
+  ``gpu_small`` (marks): the GPU-facing Python on grids small enough for
+  the CPU emulation of CUDA; they run on a real GPU and on a build made
+  with ``CONVSTENCIL_CUDA=emulate`` (setup.py), skip elsewhere.  On the
+  emulated build every other test skips: it belongs to a normal build
+  (``pytest tests`` there runs the gpu_small suites).
 """
 import os
 import sys
@@ -28,15 +34,29 @@ try:
     import convstencil as _cs
 
     CUDA_STATUS = _cs.backends().get("cuda", "missing from backends()")
+    #: the CUDA engine of this build runs on the CPU emulation of CUDA
+    EMULATED_CUDA = bool(getattr(_cs._core, "CUDA_EMULATION", 0))
 except Exception as exc:  # the package is broken or not built: say so
     _cs = None
     CUDA_STATUS = "convstencil not importable: %s: %s" % (
         type(exc).__name__, exc)
+    EMULATED_CUDA = False
 
-HAVE_CUDA = CUDA_STATUS == "available"
+#: the CUDA engine runs here, on a GPU or on the emulation
+CUDA_RUNS = CUDA_STATUS == "available"
+#: a real GPU
+HAVE_CUDA = CUDA_RUNS and not EMULATED_CUDA
 
 gpu = [pytest.mark.gpu,
-       pytest.mark.skipif(not HAVE_CUDA, reason="cuda: %s" % CUDA_STATUS)]
+       pytest.mark.skipif(not HAVE_CUDA, reason=(
+           "cuda: the CPU emulation (a real GPU is needed)" if EMULATED_CUDA
+           else "cuda: %s" % CUDA_STATUS))]
+
+#: small grids: a real GPU or the emulated build
+gpu_small = [pytest.mark.gpu_small,
+             pytest.mark.skipif(not CUDA_RUNS, reason=(
+                 "cuda: %s (gpu_small runs on a GPU or on a build made "
+                 "with CONVSTENCIL_CUDA=emulate)" % CUDA_STATUS))]
 
 #: Backends every backend-parametrized test runs on.
 BACKENDS = ["cpu", "cpu-tc", pytest.param("cuda", marks=gpu, id="cuda")]
@@ -50,6 +70,23 @@ TB2D_WIDE_DEPTH = {("plus", 5): 4, ("plus", 7): 3, ("outer", 5): 4,
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "gpu: needs a visible CUDA device (skipped elsewhere)")
+    config.addinivalue_line(
+        "markers", "gpu_small: the GPU-facing Python on small grids: a GPU "
+        "or the emulated build (CONVSTENCIL_CUDA=emulate)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """On the emulated build only the gpu_small tests run: the others
+    would put their grids, large ones included, on the emulated GPU
+    wherever backend "auto" chooses it."""
+    if not EMULATED_CUDA:
+        return
+    skip = pytest.mark.skip(reason="the emulated build "
+                            "(CONVSTENCIL_CUDA=emulate) runs the gpu_small "
+                            "tests only; this one belongs to a normal build")
+    for item in items:
+        if item.get_closest_marker("gpu_small") is None:
+            item.add_marker(skip)
 
 
 # ---------------------------------------------------------------------------

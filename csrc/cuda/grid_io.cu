@@ -202,12 +202,19 @@ cs_run_masked(cs_cuda_ctx *ctx, cs_lane *lane, const cs_grid_io *io,
                       contiguous_array(buf[1], user_shape)};
     const size_t count =
         (size_t)(user_shape[0] * user_shape[1] * user_shape[2]);
+    const ptrdiff_t zero[3] = {0, 0, 0};
     const cs_darray *src = io->dev_in;
     int next = 0;
     if (src == NULL) {
         CS_TRY(cs_cuda_upload_host(ctx, lane, buf[1],
                                    (const char *)io->host_in,
                                    count * sizeof(double)));
+        src = &a[1];
+    } else if (steps == 0) {
+        /* no step reads the caller's array (any dtype and strides) into
+           a contiguous one, which the store below expects: a copy does */
+        const cs_dgrid flat = cs_contiguous_view(user_shape, buf[1]);
+        CS_TRY(cs_cuda_load_array(ctx, &flat, zero, src, user_shape, NULL));
         src = &a[1];
     }
     for (long t = 0; t < steps; t++) {
@@ -220,7 +227,6 @@ cs_run_masked(cs_cuda_ctx *ctx, cs_lane *lane, const cs_grid_io *io,
     if (io->dev_out != NULL) {
         const cs_dgrid flat =
             cs_contiguous_view(user_shape, (char *)src->data);
-        const ptrdiff_t zero[3] = {0, 0, 0};
         return cs_cuda_store_array(ctx, io->dev_out, &flat, zero, user_shape,
                                    NULL);
     }

@@ -2,9 +2,15 @@
  * emu.cpp -- the CPU emulation of the CUDA runtime and device built-ins
  * declared in cuda_runtime.h (this folder).  Environment switches for
  * the error paths: EMU_NO_DEVICE=1, EMU_NO_DRIVER=1, EMU_CC_MAJOR=8,
- * EMU_MALLOC_LIMIT=<bytes>.
+ * EMU_MALLOC_LIMIT=<bytes>; EMU_DEVICES=<n> makes n devices visible
+ * (default 1).  Device memory is host memory, tagged with the device
+ * current when it was allocated (cudaPointerGetAttributes reports it,
+ * cudaMemGetInfo counts it); the current device belongs to the calling
+ * thread, as in CUDA.  One grid runs at a time in the process, whichever
+ * host thread launched it.
  */
 #include <chrono>
+#include <semaphore>
 #include <string>
 #include "cuda_runtime.h"
 
@@ -22,47 +28,54 @@ struct Warp {
 };
 thread_local Warp *my_warp = nullptr;
 
+struct Allocation {
+    size_t bytes;
+    int device;
+};
 std::mutex alloc_mutex;
-std::map<void *, size_t> allocations;
-size_t allocated = 0;
+std::map<void *, Allocation> allocations;
+size_t allocated = 0;                 // every device's
+std::map<int, size_t> allocated_on;  // device -> its bytes
+thread_local int current_device = 0;
 
-// a pool of OS threads that run the threads of one block
+// The OS threads that run the threads of one block, started as a block
+// first needs them.  Each waits on a semaphore of its own, so a block of
+// n threads wakes n of them, not the whole pool.
 struct Pool {
-    std::vector<std::thread> th;
-    std::mutex m;
-    std::condition_variable cv, done;
-    uint64_t gen = 0;
-    int active = 0, remaining = 0;
-    std::function<void(int)> task;
-    explicit Pool(int n) {
-        for (int i = 0; i < n; i++) th.emplace_back([this, i] { work(i); });
-    }
-    void work(int id) {
-        uint64_t seen = 0;
+    struct Worker {
+        std::binary_semaphore go{0};
+        std::thread th;
+    };
+    std::vector<std::unique_ptr<Worker>> workers;
+    const std::function<void(int)> *task = nullptr;
+    std::atomic<int> remaining{0};
+    std::binary_semaphore finished{0};
+
+    void work(Worker *w, int id) {
         for (;;) {
-            std::unique_lock<std::mutex> l(m);
-            cv.wait(l, [&] { return gen != seen; });
-            seen = gen;
-            if (id >= active) continue;
-            auto t = task;
-            l.unlock();
-            t(id);
-            l.lock();
-            if (--remaining == 0) done.notify_one();
+            w->go.acquire();  // task and remaining are set before it
+            (*task)(id);
+            if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1)
+                finished.release();
         }
     }
-    void run(int n, std::function<void(int)> f) {
-        std::unique_lock<std::mutex> l(m);
-        task = std::move(f);
-        active = n;
-        remaining = n;
-        gen++;
-        cv.notify_all();
-        done.wait(l, [&] { return remaining == 0; });
+    // one caller at a time (run_grid's lock)
+    void run(int n, const std::function<void(int)> &f) {
+        while ((int)workers.size() < n) {
+            Worker *w = new Worker;
+            const int id = (int)workers.size();
+            workers.emplace_back(w);
+            w->th = std::thread([this, w, id] { work(w, id); });
+            w->th.detach();  // never joined: process exit ends it
+        }
+        task = &f;
+        remaining.store(n, std::memory_order_relaxed);
+        for (int i = 0; i < n; i++) workers[i]->go.release();
+        finished.acquire();
     }
 };
 Pool *pool() {
-    static Pool *p = new Pool(1024);  // never joined: process exit ends it
+    static Pool *p = new Pool;  // never freed: its threads outlive exit
     return p;
 }
 }  // namespace
@@ -107,6 +120,10 @@ cudaError_t check_config(const void *fn, dim3 grid, dim3 block, size_t smem) {
 }
 void run_grid(dim3 grid, dim3 block, size_t smem,
               const std::function<void()> &body) {
+    // one grid at a time: its blocks share the thread pool, blockDim,
+    // gridDim and the kernels' static __shared__ arrays
+    static std::mutex grid_mutex;
+    std::lock_guard<std::mutex> one_grid(grid_mutex);
     const int n = (int)block.x;
     std::vector<double> dyn((smem + 7) / 8 + 1);
     for (unsigned bz = 0; bz < grid.z; bz++)
@@ -213,19 +230,36 @@ cudaError_t cudaGetDeviceCount(int *n) {
     if (v && *v == '1') { *n = 0; return last_error = cudaErrorInsufficientDriver; }
     v = getenv("EMU_NO_DEVICE");
     if (v && *v == '1') { *n = 0; return last_error = cudaErrorNoDevice; }
-    *n = 1;
+    v = getenv("EMU_DEVICES");
+    *n = v ? atoi(v) : 1;
     return cudaSuccess;
 }
-cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-cudaError_t cudaSetDevice(int d) {  // one device: 0
-    return d == 0 ? cudaSuccess : (last_error = cudaErrorInvalidDevice);
+static bool visible(int d) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && d >= 0 && d < n;
 }
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
-    snprintf(p->name, sizeof p->name, "Emulated H100");
+cudaError_t cudaGetDevice(int *d) { *d = current_device; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) {
+    if (!visible(d)) {
+        (void)cudaGetLastError();
+        return last_error = cudaErrorInvalidDevice;
+    }
+    current_device = d;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (!visible(d)) {
+        (void)cudaGetLastError();
+        return last_error = cudaErrorInvalidDevice;
+    }
+    // what it is, for cuda_info() and convstencil.backends() to say
+    snprintf(p->name, sizeof p->name, "CPU emulation of CUDA "
+             "(tests/cuda_emu)");
     const char *v = getenv("EMU_CC_MAJOR");
     p->major = v ? atoi(v) : 9;
     p->minor = 0;
-    p->multiProcessorCount = 132;
+    const char *sms = getenv("EMU_SMS");
+    p->multiProcessorCount = sms ? atoi(sms) : 132;
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
@@ -256,8 +290,9 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (posix_memalign(&q, 256, bytes ? bytes : 1) != 0)
         return last_error = cudaErrorMemoryAllocation;
     memset(q, 0xff, bytes);  // NaN: reading unwritten memory shows
-    allocations[q] = bytes;
+    allocations[q] = Allocation{bytes, current_device};
     allocated += bytes;
+    allocated_on[current_device] += bytes;
     *p = q;
     return cudaSuccess;
 }
@@ -266,7 +301,8 @@ cudaError_t cudaFree(void *p) {
     std::lock_guard<std::mutex> l(alloc_mutex);
     auto it = allocations.find(p);
     if (it == allocations.end()) return last_error = cudaErrorInvalidValue;
-    allocated -= it->second;
+    allocated -= it->second.bytes;
+    allocated_on[it->second.device] -= it->second.bytes;
     allocations.erase(it);
     free(p);
     return cudaSuccess;
@@ -371,16 +407,17 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     a->devicePointer = a->hostPointer = nullptr;
     for (auto &kv : allocations) {
         const char *b = (const char *)kv.first;
-        if ((const char *)p >= b && (const char *)p < b + kv.second) {
+        if ((const char *)p >= b && (const char *)p < b + kv.second.bytes) {
             a->type = cudaMemoryTypeDevice;
-            a->device = 0;
+            a->device = kv.second.device;
             a->devicePointer = (void *)p;
         }
     }
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    std::lock_guard<std::mutex> l(alloc_mutex);
     *total_bytes = (size_t)80 << 30;
-    *free_bytes = *total_bytes - allocated;
+    *free_bytes = *total_bytes - allocated_on[current_device];
     return cudaSuccess;
 }

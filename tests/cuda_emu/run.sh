@@ -9,10 +9,11 @@
 # driver, device out of memory, unsupported kernels) and leak checks;
 # "scheme" runs test_scheme instead: PDE schemes on device arrays
 # (cs_cuda_scheme_apply_device) against a plain evaluation of their tables.
-# Launches `k<<<g, b, smem, stream>>>(args);` (counted by the kernel's
-# name, for the tests to see which kernels a call ran) and the dynamic
-# shared array are rewritten by sed on the way; nothing else in the
-# sources changes.
+# emu_build.py rewrites the sources on the way (launches
+# `k<<<g, b, smem, stream>>>(args);`, counted by the kernel's name for the
+# tests to see which kernels a call ran, and the dynamic shared array;
+# nothing else changes) and compiles them, one file per core; setup.py's
+# CONVSTENCIL_CUDA=emulate builds convstencil._core the same way.
 #
 #   EMU_CFLAGS   extra compiler flags, e.g. "-fsanitize=address,undefined"
 #   EMU_SMS      SMs the device reports (default 132); a small count makes
@@ -27,25 +28,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../../csrc" && pwd)
 out=${BUILD:-$(mktemp -d)}
 flags=(${EMU_CFLAGS:-})
-mkdir -p "$out/cuda"
-for f in "$src"/cuda/*.cu "$src"/cuda/*.cuh "$src"/cuda/*.h; do
-    sed -E \
-        -e 's/([A-Za-z_][A-Za-z_0-9]*)((<[^<>]*>)?)<<<(.*)>>>\((.*)\);/cs_emu_launch("\1", \1\2, \4, \5);/' \
-        -e 's/extern __shared__ double smem\[\];/double *smem = cs_emu_dynamic_smem();/' \
-        "$f" > "$out/cuda/$(basename "$f")"
-done
-if grep -n '<<<' "$out"/cuda/*; then
-    echo "run.sh: a launch the rewrite did not convert" >&2
-    exit 1
-fi
-cp "$src"/*.h "$out/"
+mkdir -p "$out"
+python3 "$here/emu_build.py" "$out" --cflags "-g ${EMU_CFLAGS:-}" > /dev/null
 cxx=(g++ -std=c++20 -O2 -g -DCS_CUDA_EMULATION -I"$here" -I"$out" -Wall -Wextra
      -Wno-unused-parameter -Wno-unknown-pragmas "${flags[@]}")
-for f in "$out"/cuda/*.cu; do
-    "${cxx[@]}" -x c++ -include "$here/cuda_runtime.h" -c "$f" \
-        -o "$out/$(basename "$f" .cu).o"
-done
-"${cxx[@]}" -c "$here/emu.cpp" -o "$out/emu.o"
 mkdir -p "$out/tests"
 for f in stencil layout host_copy plan scheme; do
     # .c.o: csrc/scheme.c and csrc/cuda/scheme.cu share a name

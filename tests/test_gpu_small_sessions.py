@@ -1,0 +1,191 @@
+"""The engine's sessions (_core.session_open / run / view / copy / close)
+as convstencil.distributed drives them on device blocks: a padded block
+loaded once into the engine's layout, rounds of k steps, boxes read out
+of and written into the current grid between rounds (the halo exchange's
+pack and unpack), the grid stored once; on grids small enough for the
+CPU emulation of CUDA.
+
+Marked gpu_small: runs on a real GPU and on a build made with
+CONVSTENCIL_CUDA=emulate (setup.py).  Each round equals k steps of the
+plain NumPy reference (tests/reference.py) on what the grid held.
+"""
+import numpy as np
+import pytest
+
+import convstencil as cs
+from convstencil import _core
+from cai_support import StridedCAI, download
+from conftest import assert_close, gpu_small
+import reference
+
+pytestmark = gpu_small
+
+MODES = {"constant": _core.MODE_CONSTANT, "wrap": _core.MODE_WRAP,
+         "nearest": _core.MODE_NEAREST, "reflect": _core.MODE_REFLECT,
+         "mirror": _core.MODE_MIRROR}
+PATHS = {"auto": _core.PATH_AUTO, "tensor-core": _core.PATH_TENSOR_CORE,
+         "cuda-core": _core.PATH_CUDA_CORE}
+
+
+def c_strides(shape):
+    strides, step = [], 8
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def lead3(values, fill):
+    """`values` with leading `fill` entries up to 3 (the engine's 3D
+    view of a 2D grid)."""
+    return (fill,) * (3 - len(values)) + tuple(values)
+
+
+def device_array(host):
+    host = np.ascontiguousarray(host, dtype=np.float64)
+    d = cs.DeviceArray(host.shape)
+    _core.to_device(d.ptr, host)
+    return d
+
+
+class Session:
+    """The calls convstencil.distributed makes (its _run._Session)."""
+
+    def __init__(self, grid, w, k, mode, cval=0.0, path="auto"):
+        self.ndim = len(grid.shape)
+        self.handle, self.path = _core.session_open(
+            grid.ptr, lead3(c_strides(grid.shape), 0), lead3(grid.shape, 1),
+            np.ascontiguousarray(w, dtype=np.float64), k, MODES[mode], cval,
+            PATHS[path])
+
+    def view(self):
+        """The current grid as a StridedCAI (its interior)."""
+        ptr, strides, shape = _core.session_view(self.handle)
+        lead = 3 - self.ndim
+        return StridedCAI(self, ptr, shape[lead:], strides[lead:],
+                          np.float64)
+
+    def get(self, starts, sizes):
+        buf = cs.DeviceArray(sizes)
+        _core.session_copy(self.handle, lead3(starts, 0), lead3(sizes, 1),
+                           buf.ptr, False)
+        return buf.get()
+
+    def put(self, starts, values):
+        buf = device_array(values)
+        _core.session_copy(self.handle, lead3(starts, 0),
+                           lead3(values.shape, 1), buf.ptr, True)
+
+    def run(self):
+        _core.session_run(self.handle)
+
+    def close(self, out):
+        return _core.session_close(self.handle, out.ptr,
+                                   lead3(c_strides(out.shape), 0))
+
+
+CASES = [("heat2d", (14, 17)), ("box2d49p", (16, 15)),
+         ("star2d13p", (13, 18)), ("heat3d", (5, 7, 8)),
+         ("box3d27p", (5, 6, 7))]
+
+
+def round_cases():
+    """Every case, mode and path, but 3D on tensor cores in two modes:
+    its tiles are the emulation's slowest (test_gpu_small_backends runs
+    every mode there)."""
+    for name, shape in CASES:
+        for mode in MODES:
+            for path in PATHS:
+                if (len(shape) == 3 and path == "tensor-core"
+                        and mode not in ("wrap", "reflect")):
+                    continue
+                yield pytest.param(name, shape, mode, path,
+                                   id="%s-%s-%s" % (name, mode, path))
+
+
+@pytest.mark.parametrize("name,shape,mode,path", list(round_cases()))
+def test_rounds_with_exchanges_between(name, shape, mode, path, rng):
+    """Three rounds of k steps; before each round after the first, a box
+    of the grid is read out (a halo exchange's send) and another one
+    overwritten (its receive): every round is k steps of the reference
+    on what the grid held, and the session's view shows the grid."""
+    w = cs.Stencil(name).weights
+    k, cval = 2, 0.25
+    host = rng.uniform(-1, 1, shape)
+    grid = device_array(host)
+    s = Session(grid, w, k, mode, cval, path)
+    if path != "auto":
+        assert s.path == path
+    assert s.path in ("tensor-core", "cuda-core")
+    want = host
+    starts = (1,) * len(shape)
+    sizes = (2,) + tuple(n - 2 for n in shape[1:])
+    for round_ in range(3):
+        if round_:
+            sent = s.get(starts, sizes)
+            box = tuple(slice(a, a + n) for a, n in zip(starts, sizes))
+            np.testing.assert_array_equal(sent, download(s.view())[box])
+            assert_close(sent, want[box])
+            ghosts = rng.uniform(-1, 1, sizes)
+            s.put(starts, ghosts)
+            want = want.copy()
+            want[box] = ghosts
+        s.run()
+        want = reference.apply(want, w, k, mode, cval)
+        assert_close(download(s.view()), want,
+                     dict(name=name, mode=mode, path=path, round=round_,
+                          seed=rng.seed))
+    out = cs.DeviceArray(shape)
+    assert s.close(out) is False
+    assert_close(out.get(), want, dict(name=name, mode=mode, path=path))
+    np.testing.assert_array_equal(grid.get(), host)  # loaded, not touched
+    with pytest.raises(ValueError, match="closed"):
+        s.run()
+
+
+def test_session_equals_one_apply_per_round(rng):
+    """The same arithmetic as the engine call per round that a run
+    without a session makes (CONVSTENCIL_DISTRIBUTED_SESSION=0): the
+    same bits."""
+    host = rng.uniform(-1, 1, (15, 16))
+    s = Session(device_array(host), cs.Stencil("box2d9p").weights, 3,
+                "reflect")
+    calls = device_array(host)
+    backend = {"tensor-core": "cuda-tc", "cuda-core": "cuda-core"}[s.path]
+    for _ in range(2):
+        s.run()
+        calls = cs.apply(calls, "box2d9p", steps=3, mode="reflect",
+                         backend=backend)
+    out = cs.DeviceArray(host.shape)
+    s.close(out)
+    np.testing.assert_array_equal(out.get(), calls.get())
+
+
+def test_nonfinite_is_reported_when_stored(rng):
+    host = rng.random((12, 13))
+    host[5, 6] = np.nan
+    s = Session(device_array(host), cs.Stencil("heat2d").weights, 2, "wrap")
+    s.run()
+    assert s.close(cs.DeviceArray(host.shape)) is True
+    # a value that becomes infinite on the way is reported too
+    s = Session(device_array(np.full((10, 11), 1e300)),
+                np.full((3, 3), 1e10), 1, "wrap")
+    s.run()
+    assert s.close(cs.DeviceArray((10, 11))) is True
+
+
+def test_session_errors(rng):
+    grid = device_array(rng.random((9, 10)))
+    w = cs.Stencil("heat2d").weights
+    with pytest.raises(ValueError, match="round_steps"):
+        Session(grid, w, 0, "wrap")
+    s = Session(grid, w, 1, "wrap")
+    out = cs.DeviceArray((9, 10))
+    s.close(out)
+    for call in (s.run, s.view, lambda: s.get((0, 0), (1, 1)),
+                 lambda: s.close(out)):
+        with pytest.raises(ValueError, match="closed"):
+            call()
+    # a session dropped without closing frees itself
+    Session(grid, w, 1, "wrap")
+    cs.clear_cache()
