@@ -109,11 +109,6 @@ def test_halo_steps(comm, shared_rng, ndim, halo_steps):
             assert k <= halo_steps
 
 
-@pytest.mark.xfail(EMULATED_CUDA, strict=True, reason=(
-    "distributed/_run.py opens the session on the padded block before the "
-    "first exchange writes its ghost cells; the emulation's fresh device "
-    "memory is NaN, so the session's load flags a non-finite input and "
-    "every round runs again as an engine call of its own"))
 @pytest.mark.parametrize("ndim", [2, 3])
 def test_rounds_run_in_a_session(comm, shared_rng, ndim):
     """2D and 3D blocks with two whole rounds or more keep their grid in
@@ -158,30 +153,10 @@ def test_self_exchange_through_staging(comm, shared_rng):
     assert d1.info["ghost_depth"] == (3, 3)
 
 
-@pytest.fixture
-def finite_ghosts(monkeypatch):
-    """The padded blocks' ghost cells written (zeros) before a session
-    loads them, as the first exchange writes them later: on the
-    emulation's NaN device memory a session engages only so (see
-    test_rounds_run_in_a_session).  Leave it out once that passes."""
-    from convstencil.distributed import _run
-    padded = _run._padded
-
-    def zeroed(d, plan):
-        pads = padded(d, plan)
-        if d.on_device:
-            host = np.zeros(plan.padded_shape)
-            host[plan.owned()] = download(d.local)
-            cs._core.to_device(pads[0].ptr, host)
-        return pads
-
-    monkeypatch.setattr(_run, "_padded", zeroed)
-
-
 @pytest.mark.parametrize("mode", ["wrap", "reflect"])
 @pytest.mark.parametrize("ndim", [2, 3])
-def test_session_rounds_equal_calls(comm, shared_rng, monkeypatch,
-                                    finite_ghosts, ndim, mode):
+def test_session_rounds_equal_calls(comm, shared_rng, monkeypatch, ndim,
+                                    mode):
     """Rounds in an engine session (the halo exchange packs and unpacks
     boxes of the session's grid) give the bits of one engine call per
     round; the rounds left over run as calls after it."""

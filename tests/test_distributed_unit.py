@@ -393,10 +393,11 @@ class _OneRank:
 
 
 def test_session_rounds_drive_an_engine_session(monkeypatch):
-    """Without a GPU: the session loop opens one session on the first
-    padded block, and each round exchanges through the session's grid
-    (its boxes packed and unpacked by the session) and then runs; the
-    store goes to the second block; a non-finite result is reported."""
+    """Without a GPU: the session loop exchanges the first padded block's
+    ghosts, opens one session on it, and each round after the first
+    exchanges through the session's grid (its boxes packed and unpacked
+    by the session) and then runs; the store goes to the second block; a
+    non-finite result is reported."""
     from convstencil import _core, _engine
     from convstencil.distributed import _device_blocks, _run
     log = []
@@ -424,6 +425,9 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
 
     class Link:
         def exchange(self, grid):
+            if grid is pads[0]:  # before the session: the block's ghosts
+                log.append("exchange the block")
+                return
             assert grid.shape == (12, 30) and grid.strides == (320, 8)
             assert not _device_blocks.is_contiguous((2, 30), grid.strides)
             _device_blocks.pack(grid, (2, 0), (2, 30),
@@ -441,10 +445,13 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     path = _run._session_rounds(d, pads, Link(), w, 3, 2, "wrap", 0.0,
                                 "cuda", times)
     assert path == "cuda-core"  # the engine's word for its plan
-    assert log[0] == ("open", 100, (0, 240, 8), (1, 12, 30), 3)
+    # the ghosts exchanged before the session loads the block, so the
+    # first round only runs
+    assert log[0] == "exchange the block"
+    assert log[1] == ("open", 100, (0, 240, 8), (1, 12, 30), 3)
     round_ = [("get", (0, 2, 0), (1, 2, 30), 7),
               ("put", (0, 0, 0), (1, 2, 30), 8), "run"]
-    assert log[1:] == round_ + round_ + [("close", 200, (0, 240, 8))]
+    assert log[2:] == ["run"] + round_ + [("close", 200, (0, 240, 8))]
     nonfinite[0] = True
     log.clear()
     assert _run._session_rounds(d, pads, Link(), w, 3, 1, "wrap", 0.0,
