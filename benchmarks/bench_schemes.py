@@ -17,6 +17,12 @@ Systems (the `system` of a record):
                       (outs = ins), --steps steps a call (even: the run
                       ends in the outs without a copy), queued on a CuPy
                       stream
+  convstencil-scheme-api
+                      the same scheme as a user writes it: a
+                      convstencil.Scheme of the equations, and
+                      `u, up = cs.apply((u, up), scheme, steps=--steps,
+                      params=..., stream=s)` a call (new arrays of
+                      CuPy's pool each call)
   cupy-scheme         cupyx.scipy.ndimage.correlate for each stencil term
                       and one fused cupy.ElementwiseKernel a step, the
                       time levels rotated by name
@@ -46,6 +52,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import convstencil as cs  # noqa: E402
 from convstencil import _core  # noqa: E402
 
 SIZES = {2: (10240, 10240), 3: (512, 512, 512)}
@@ -124,6 +131,24 @@ class Scheme:
             self.updates, self.stages, steps,
             getattr(_core, "MODE_" + self.mode.upper()), 0.0, stream,
             False, None)
+
+
+def public_scheme(name):
+    """The preset as a user writes it with convstencil.Scheme."""
+    ndim = 3 if name == "wave3d" else 2
+    L = cs.laplacian(ndim)
+    if name == "gray-scott2d":
+        u, v = cs.fields("u v")
+        g = GS
+        return cs.Scheme(
+            {u: u + g["dt"] * (g["Du"] * L(u) - u * v**2 + g["F"] * (1 - u)),
+             v: v + g["dt"] * (g["Dv"] * L(v) + u * v**2
+                               - (g["F"] + g["k"]) * v)}, mode="wrap")
+    u, up = cs.fields("u up")
+    if name == "wave2d-velocity":
+        return cs.Scheme({u: 2 * u - up + 0.1 * cs.param("c2") * L(u),
+                          up: u})
+    return cs.Scheme({u: 2 * u - up + 0.15 * L(u), up: u})
 
 
 class CupyScheme:
@@ -266,6 +291,32 @@ def bench(cp, ndi, name, sizes, steps, repeat, tiles, prov, floor):
             del work
         set_tile(DEFAULT[0])
 
+        public = public_scheme(name)
+        named = {"c2": params[0]} if scheme.P else None
+        state = [tuple(f.copy() for f in fields)]
+        check = cs.apply(state[0], public, steps=4, params=named,
+                         stream=stream)
+        stream.synchronize()
+        api_err = max(rel_error(cp.asnumpy(a), cp.asnumpy(b))
+                      for a, b in zip(check, CupyScheme(
+                          cp, ndi, scheme, [f.copy() for f in fields],
+                          params).run(4)))
+
+        def run_api():
+            state[0] = cs.apply(state[0], public, steps=steps, params=named,
+                                stream=stream)
+        secs = event_median(cp, stream, run_api, repeat)
+        rate = points * steps / secs / 1e9
+        rec = dict(base, system="convstencil-scheme-api",
+                   device_seconds=secs, gstencils_per_s=rate,
+                   gbytes_per_s=rate * scheme.bytes,
+                   rel_error_vs_cupy=api_err)
+        rec.update(prov)
+        records.append(rec)
+        print("%-16s %-18s %-11s %8.1f G/s   (rel error vs CuPy %.1e)" % (
+            name, "convstencil-scheme-api", "", rate, api_err), flush=True)
+        del state, check
+
         cupy = CupyScheme(cp, ndi, scheme, [f.copy() for f in fields],
                           params)
         secs = event_median(cp, stream, lambda: cupy.run(steps), repeat)
@@ -294,8 +345,8 @@ def markdown(records, prov, steps, repeat):
         "GB/s: the fewest bytes a step moves times the rate, beside the "
         "measured copy floor." % (steps, repeat),
         ["preset", "grid", "mode", "bytes/point", "convstencil-scheme",
-         "GB/s (of copy floor)", "cupy-scheme", "speed-up",
-         "rel. error vs CuPy"])
+         "GB/s (of copy floor)", "convstencil-scheme-api", "cupy-scheme",
+         "speed-up (api)", "rel. error vs CuPy"])
     by = {}
     for r in records:
         by.setdefault(r["preset"], []).append(r)
@@ -305,15 +356,19 @@ def markdown(records, prov, steps, repeat):
         main = next(r for r in ours
                     if (r["tile"], r.get("kernel", "r4u1")) == DEFAULT)
         cupy = next(r for r in rs if r["system"] == "cupy-scheme")
+        api = next((r for r in rs
+                    if r["system"] == "convstencil-scheme-api"), None)
+        api_rate = api["gstencils_per_s"] if api else float("nan")
         lines.append("| %s | %s | %s | %d | %.1f | %.0f (%.0f%%) | %.1f | "
-                     "%.2fx | %.1e |" % (
+                     "%.1f | %.2fx (%.2fx) | %.1e |" % (
                          name, "x".join(map(str, main["shape"])),
                          main["mode"], main["bytes_per_point"],
                          main["gstencils_per_s"], main["gbytes_per_s"],
                          100 * main["gbytes_per_s"]
-                         / main["copy_floor_gbytes_per_s"],
+                         / main["copy_floor_gbytes_per_s"], api_rate,
                          cupy["gstencils_per_s"],
                          main["gstencils_per_s"] / cupy["gstencils_per_s"],
+                         api_rate / cupy["gstencils_per_s"],
                          main["rel_error_vs_cupy"]))
         variants += [(name, r) for r in ours if r is not main]
     floor = records[0]["copy_floor_gbytes_per_s"]
