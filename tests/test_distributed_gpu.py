@@ -144,9 +144,8 @@ def test_every_preset_and_mode_equals_one_gpu(comm, shared_rng, preset,
 def test_session_rounds_equal_calls(comm, shared_rng, monkeypatch, preset,
                                     shape, mode):
     """2D and 3D device blocks keep their grid in an engine session for
-    the whole rounds (no load and store per round): the same arithmetic
-    as one engine call per round, so the same bits; the rounds left over
-    run as calls after it."""
+    the whole rounds (no load and store per round): the result of one
+    engine call per round; the rounds left over run as calls after it."""
     u = shared_rng.uniform(-1, 1, shape)
     steps, k = 17, 4  # 4 session rounds, then one of 1 step
     out, d1 = _run(comm, u, preset, mode, steps, halo_steps=k)
@@ -156,7 +155,14 @@ def test_session_rounds_equal_calls(comm, shared_rng, monkeypatch, preset,
     # one rank exchanges nothing: one call, no rounds, no session
     assert d1.info["session"] is (d1.info["halo_steps"] is not None)
     if comm.Get_rank() == 0:
-        np.testing.assert_array_equal(out, calls)
+        # to the contract's 1e-12, not bit for bit: a session plans the
+        # block's k steps itself and may take another path than an engine
+        # call on the device arrays (on two H200s heat3d in wrap differed
+        # in the last bit at 35% of the points once the session's ghosts
+        # were exchanged before it loads them; before, ghosts of reused
+        # device memory holding NaN sent such runs back to calls)
+        assert_close(out, calls, dict(preset=preset, mode=mode,
+                                      against="one call per round"))
         assert_close(out, cs.apply(u, preset, steps=steps, mode=mode,
                                    cval=0.25, backend="cpu"))
 

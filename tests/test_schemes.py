@@ -375,7 +375,7 @@ def test_a_raising_callback_leaves_the_grids(rng):
 def test_progress_and_last_run_info(rng, capsys):
     scheme = gray_scott(1)
     grids = random_grids(rng, (300,), 2)
-    cs.apply(grids, scheme, steps=20, progress=True)
+    cs.apply(grids, scheme, steps=20, progress=True, backend="cpu")
     info = cs.last_run_info()
     assert info["scheme"] is True and info["fields"] == 2
     assert info["steps"] == 20 and info["mode"] == "wrap"
