@@ -26,6 +26,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import setuptools
@@ -127,6 +129,9 @@ class BuildExtWithCuda(build_ext):
         arch = os.environ.get("CONVSTENCIL_CUDA_ARCH", "sm_90")
         build_dir = os.path.join(self.build_temp, "cuda")
         os.makedirs(build_dir, exist_ok=True)
+        headers = (glob.glob(os.path.join(ROOT, "csrc", "*.h"))
+                   + glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cuh"))
+                   + glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.h")))
         commands = []
         for source in sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda",
                                                     "*.cu"))):
@@ -136,14 +141,45 @@ class BuildExtWithCuda(build_ext):
                              "-Xcompiler", "-fPIC",
                              "-I" + os.path.join(ROOT, "csrc"),
                              "-c", source, "-o", obj])
+        # an object newer than its source and every header, made by the
+        # same command, is kept: the README's second install (with the
+        # test extra) reuses the first one's CUDA objects
+        stale = [cmd for cmd in commands
+                 if not _up_to_date(cmd, [cmd[-3]] + headers)]
+        print("convstencil: compiling %d of %d CUDA files with nvcc "
+              "(-arch=%s), %d at a time; the rest are up to date"
+              % (len(stale), len(commands), arch,
+                 max(1, min(len(stale), os.cpu_count() or 1))), flush=True)
         # one nvcc per core: the files are independent
-        workers = max(1, min(len(commands), os.cpu_count() or 1))
+        workers = max(1, min(len(stale) or 1, os.cpu_count() or 1))
+        done = [0]
+        lock = threading.Lock()
+
+        def compile_one(cmd):
+            start = time.monotonic()
+            subprocess.check_call(cmd)
+            with open(cmd[-1] + ".cmd", "w") as f:
+                f.write(" ".join(cmd))
+            with lock:
+                done[0] += 1
+                print("convstencil: [%d/%d] %s (%.0f s)"
+                      % (done[0], len(stale), os.path.basename(cmd[-3]),
+                         time.monotonic() - start), flush=True)
+
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for cmd in commands:
-                print(" ".join(cmd))
-            list(pool.map(subprocess.check_call, commands))
+            list(pool.map(compile_one, stale))
         objects = [cmd[-1] for cmd in commands]
         ext.extra_objects = list(ext.extra_objects or []) + objects
+
+
+def _up_to_date(cmd, inputs):
+    """Whether the object cmd makes exists, is newer than every input and
+    was made by this same command."""
+    obj = cmd[-1]
+    if _read(obj + ".cmd") != " ".join(cmd) or not os.path.exists(obj):
+        return False
+    made = os.path.getmtime(obj)
+    return all(os.path.getmtime(p) < made for p in inputs)
 
 
 def make_extension():
