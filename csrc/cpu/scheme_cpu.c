@@ -4,10 +4,11 @@
  * Every field lives in a buffer of its own, padded by the scheme's
  * radius on each side of each axis, so that a stencil term reads its
  * taps with no boundary branch: before a stage reads a buffer through a
- * stencil, its halo is filled from the mode (x first, row by row; then
- * the y halo rows and the z halo planes are copied whole, so the corners
- * follow, as the modes extend each axis independently).  A constant
- * halo is written once per buffer: only interiors are ever written.
+ * stencil, its halo is filled from the mode (x first, row by row, by the
+ * thread that wrote the row where it wrote it whole; then the y halo
+ * rows and the z halo planes are copied whole, so the corners follow, as
+ * the modes extend each axis independently).  A constant halo is written
+ * once per buffer: only interiors are ever written.
  *
  * A stage writes each target into a free buffer of a small pool (a
  * field's old values must stay readable until the stage ends) and the
@@ -17,14 +18,18 @@
  * buffers before the first step and the outs written after the last, so
  * any aliasing between them gives the right result.
  *
- * A stage is computed in units of one row segment (at most SEGMENT
- * points): all its updates in turn, so the fields' rows read by several
- * updates are still in cache.  An update accumulates its terms into the
- * target row in order, acc += (coef * param) * value, each term's value
- * computed in an L1 scratch row by loops over x that the compiler
- * vectorizes: a stencil from its list of non-zero taps (offset, weight),
- * in the kernel's C order; a monomial as a product of rows.  OpenMP
- * shares the units of a stage among the threads in contiguous blocks.
+ * OpenMP shares the rows of a stage among the threads in contiguous
+ * blocks (pieces of rows where rows are few: 1D grids).  A row is
+ * computed SEGMENT points at a time, all the stage's updates in turn, so
+ * the fields' rows that several updates read are still in cache.  An
+ * update sums its terms in order, acc = 0; acc += (coef * param) *
+ * value: a stencil's value from its list of non-zero taps (offset,
+ * weight) in the kernel's C order, a monomial's as the product of its
+ * factors.  Blocks of BLOCK points keep every value and the sum in
+ * vector registers (update_block); a shorter row, or a compiler without
+ * GCC's vector types, takes loops over x into an L1 scratch row, one
+ * pass per tap (update_row), which the compiler vectorizes.  Both do the
+ * same operations in the same order: the same bits.
  */
 #include "scheme_cpu.h"
 
@@ -36,12 +41,19 @@
 #include <omp.h>
 #endif
 
-/* Points of a row a unit computes at most: two scratch rows fit L1. */
+/* Points of a row computed at a time: the row loops' scratch row and
+   the rows they read stay in L1. */
 #define SEGMENT 1024
+
+/* Fewest points per piece when rows are split among threads. */
+#define MIN_PIECE 512
 
 /* Point-factors per stage below which one more thread costs more than
    it saves. */
 #define MIN_WORK_PER_THREAD (1 << 16)
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* The most factors a monomial has: every field to the highest power. */
 #define MAX_FACTORS (CS_SCHEME_MAX_FIELDS * CS_SCHEME_MAX_POWER)
@@ -92,6 +104,8 @@ typedef struct scheme_run {
     cs_mode mode;
     double cval;
     int nt;
+    ptrdiff_t split;         /* pieces per row, one thread each */
+    int x_at_write;          /* x halos filled as rows are written */
     prep_term *terms;        /* one per scheme term */
     ptrdiff_t *tap_off;      /* every stencil's non-zero taps */
     double *tap_w;
@@ -99,7 +113,8 @@ typedef struct scheme_run {
     double *scratch;         /* SEGMENT doubles per thread */
     void *raw[MAX_BUFFERS];  /* as allocated */
     double *buf[MAX_BUFFERS];/* aligned; NULL until first used */
-    int stale[MAX_BUFFERS];  /* the halo needs filling */
+    int stale[MAX_BUFFERS];  /* the halo needs filling (but for x halos
+                                where x_at_write) */
     int field_buf[CS_SCHEME_MAX_FIELDS];
 } scheme_run;
 
@@ -169,7 +184,8 @@ geom_init(geom *g, const ptrdiff_t shape[3], const ptrdiff_t r[3])
              * ALIGN_DOUBLES;
     if (!mul_ok(held[1], g->row, &g->plane)
         || !mul_ok(held[0], g->plane, &total)
-        || (size_t)total > SIZE_MAX / sizeof(double) - ALIGN_DOUBLES) {
+        || (size_t)total > SIZE_MAX / sizeof(double) - ALIGN_DOUBLES
+                               - MAX_BUFFERS * STAGGER_DOUBLES) {
         return 0;
     }
     g->size = (size_t)total;
@@ -376,15 +392,16 @@ fill_halo_plane(const scheme_run *run, double *base, ptrdiff_t z)
 
 /*
  * The halos of the nb buffers `bufs` (their origins), shared by the
- * team: x halos of every grid row, then the y halo rows of every grid
- * plane, then the z halo planes, each after what it copies.
+ * team: x halos of every grid row (unless written with the rows), then
+ * the y halo rows of every grid plane, then the z halo planes, each
+ * after what it copies.
  */
 static void
 fill_halos(const scheme_run *run, double *const *bufs, int nb)
 {
     const geom *g = &run->g;
     const ptrdiff_t rows = g->n[0] * g->n[1];
-    if (g->r[2] > 0) {
+    if (g->r[2] > 0 && !run->x_at_write) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -523,6 +540,119 @@ monomial_row(double *restrict t, const double *const *field,
     }
 }
 
+/* CS_SCHEME_PLAIN_LOOPS builds the row loops alone, to test them. */
+#if defined(__GNUC__) && !defined(CS_SCHEME_PLAIN_LOOPS)
+/*
+ * The register block: NV vectors of VN doubles, in GCC's vector types
+ * (Clang's too), which keep every term's value and the running sum in
+ * registers across the terms of an update: one load per tap or factor
+ * and one store per output, where the row loops below pass over an L1
+ * row per tap.  Sixteen of 32 zmm registers with AVX-512 (eight vectors
+ * ran about a tenth faster than four in L2 there); elsewhere eight of
+ * 16.  Loads may be unaligned (aligned(8)) and alias doubles.
+ */
+#ifdef __AVX512F__
+#define VN 8
+#define NV 8
+#else
+#define VN 4
+#define NV 4
+#endif
+#define BLOCK (NV * VN)
+
+typedef double vec __attribute__((vector_size(VN * sizeof(double)),
+                                  aligned(sizeof(double)), may_alias));
+
+static inline vec
+load(const double *p)
+{
+    return *(const vec *)p;
+}
+
+static inline vec
+splat(double a)
+{
+    vec v;
+    for (int i = 0; i < VN; i++) {
+        v[i] = a;
+    }
+    return v;
+}
+
+/*
+ * BLOCK outputs of update u at x, d[x ..] = its terms' sum, in the order
+ * and with the operations of the row loops below (no fused
+ * multiply-adds: the build is C99, which does not contract).
+ */
+static inline void
+update_block(const scheme_run *run, const cs_update *u, double *restrict d,
+             const double *const *field, const double *const *param,
+             ptrdiff_t x)
+{
+    vec acc[NV];
+    for (int q = 0; q < NV; q++) {
+        acc[q] = splat(0.0); /* acc = 0; acc += each term */
+    }
+    for (int j = 0; j < u->term_count; j++) {
+        const prep_term *term = &run->terms[u->first_term + j];
+        vec v[NV];
+        if (term->kind == CS_TERM_STENCIL) {
+            const double *s = field[term->field] + x;
+            if (term->ntaps == 0) {
+                for (int q = 0; q < NV; q++) {
+                    v[q] = splat(0.0);
+                }
+            }
+            else {
+                const double *s0 = s + term->off[0];
+                const double w0 = term->w[0];
+                for (int q = 0; q < NV; q++) {
+                    v[q] = w0 * load(s0 + q * VN);
+                }
+                for (int k = 1; k < term->ntaps; k++) {
+                    const double *sk = s + term->off[k];
+                    const double wk = term->w[k];
+                    for (int q = 0; q < NV; q++) {
+                        v[q] += wk * load(sk + q * VN);
+                    }
+                }
+            }
+        }
+        else if (term->nfactors == 0) {
+            for (int q = 0; q < NV; q++) {
+                v[q] = splat(1.0);
+            }
+        }
+        else {
+            const double *f0 = field[term->factor[0]] + x;
+            for (int q = 0; q < NV; q++) {
+                v[q] = load(f0 + q * VN);
+            }
+            for (int k = 1; k < term->nfactors; k++) {
+                const double *fk = field[term->factor[k]] + x;
+                for (int q = 0; q < NV; q++) {
+                    v[q] *= load(fk + q * VN);
+                }
+            }
+        }
+        if (term->param >= 0) {
+            const double *p = param[term->param] + x;
+            for (int q = 0; q < NV; q++) {
+                acc[q] += (term->coef * load(p + q * VN)) * v[q];
+            }
+        }
+        else {
+            for (int q = 0; q < NV; q++) {
+                acc[q] += term->coef * v[q];
+            }
+        }
+    }
+    for (int q = 0; q < NV; q++) {
+        *(vec *)(d + x + q * VN) = acc[q];
+    }
+}
+#endif /* __GNUC__ && !CS_SCHEME_PLAIN_LOOPS */
+
 /*
  * One update over n points of one row: d = its terms' sum; field[f]
  * and param[p] point at the same point of every field and parameter
@@ -539,6 +669,20 @@ update_row(const scheme_run *run, const cs_update *u, double *restrict d,
         }
         return;
     }
+#ifdef BLOCK
+    if (n >= BLOCK) {
+        /* a ragged end: one more block flush with the row's end, which
+           rewrites a few outputs with the same values (d is read by no
+           term) */
+        for (ptrdiff_t x = 0; x + BLOCK <= n; x += BLOCK) {
+            update_block(run, u, d, field, param, x);
+        }
+        if (n % BLOCK != 0) {
+            update_block(run, u, d, field, param, n - BLOCK);
+        }
+        return;
+    }
+#endif
     for (int j = 0; j < u->term_count; j++) {
         const prep_term *term = &run->terms[u->first_term + j];
         const double *p = term->param >= 0 ? param[term->param] : NULL;
@@ -568,16 +712,18 @@ update_row(const scheme_run *run, const cs_update *u, double *restrict d,
 /*
  * One stage: dst[j] is the buffer update j of the stage writes (-1: a
  * copy, nothing written); the nf buffers `fill` need their halo filled
- * first.  Run by the team.
+ * first.  Run by the team, which shares the rows (or, where they are
+ * few, pieces of them) in contiguous blocks.  A thread that writes whole
+ * rows writes their x halos too, while they are in cache.
  */
 static void
 stage_compute(const scheme_run *run, const cs_stage *stage, const int *dst,
-              double *const *fill, int nf, const double *const *params,
-              ptrdiff_t nseg)
+              double *const *fill, int nf, const double *const *params)
 {
     const cs_scheme *s = run->s;
     const geom *g = &run->g;
     const ptrdiff_t rows = g->n[0] * g->n[1];
+    const ptrdiff_t split = run->split;
     double *t = run->scratch + (size_t)thread_id() * SEGMENT;
     if (nf > 0) {
         fill_halos(run, fill, nf);
@@ -585,26 +731,36 @@ stage_compute(const scheme_run *run, const cs_stage *stage, const int *dst,
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-    for (ptrdiff_t unit = 0; unit < rows * nseg; unit++) {
-        const ptrdiff_t r = unit / nseg, seg = unit % nseg;
-        const ptrdiff_t x0 = g->n[2] * seg / nseg;
-        const ptrdiff_t x1 = g->n[2] * (seg + 1) / nseg;
-        const ptrdiff_t at = g->origin + row_at(g, r / g->n[1], r % g->n[1])
-                             + x0;
-        const ptrdiff_t grid_at = r * g->n[2] + x0;
-        const double *field[CS_SCHEME_MAX_FIELDS];
-        const double *param[CS_SCHEME_MAX_PARAMS];
-        for (int f = 0; f < s->field_count; f++) {
-            field[f] = run->buf[run->field_buf[f]] + at;
+    for (ptrdiff_t unit = 0; unit < rows * split; unit++) {
+        const ptrdiff_t r = unit / split, piece = unit % split;
+        const ptrdiff_t row = g->origin + row_at(g, r / g->n[1],
+                                                 r % g->n[1]);
+        const ptrdiff_t end = g->n[2] * (piece + 1) / split;
+        for (ptrdiff_t x0 = g->n[2] * piece / split; x0 < end;
+             x0 += SEGMENT) {
+            const ptrdiff_t at = row + x0;
+            const ptrdiff_t grid_at = r * g->n[2] + x0;
+            const double *field[CS_SCHEME_MAX_FIELDS];
+            const double *param[CS_SCHEME_MAX_PARAMS];
+            for (int f = 0; f < s->field_count; f++) {
+                field[f] = run->buf[run->field_buf[f]] + at;
+            }
+            for (int p = 0; p < s->param_count; p++) {
+                param[p] = params[p] + grid_at;
+            }
+            for (int j = 0; j < stage->update_count; j++) {
+                if (dst[j] >= 0) {
+                    update_row(run, &s->updates[stage->first_update + j],
+                               run->buf[dst[j]] + at, field, param, t,
+                               MIN(SEGMENT, end - x0));
+                }
+            }
         }
-        for (int p = 0; p < s->param_count; p++) {
-            param[p] = params[p] + grid_at;
-        }
-        for (int j = 0; j < stage->update_count; j++) {
-            if (dst[j] >= 0) {
-                update_row(run, &s->updates[stage->first_update + j],
-                           run->buf[dst[j]] + at, field, param, t,
-                           x1 - x0);
+        if (run->x_at_write) {
+            for (int j = 0; j < stage->update_count; j++) {
+                if (dst[j] >= 0) {
+                    fill_row_halo(run, run->buf[dst[j]] + row);
+                }
             }
         }
     }
@@ -617,7 +773,7 @@ stage_compute(const scheme_run *run, const cs_stage *stage, const int *dst,
  */
 static cs_status
 stage_run(scheme_run *run, const cs_stage *stage,
-          const double *const *params, ptrdiff_t nseg)
+          const double *const *params)
 {
     const cs_scheme *s = run->s;
     int dst[CS_SCHEME_MAX_FIELDS];
@@ -661,7 +817,7 @@ stage_run(scheme_run *run, const cs_stage *stage,
 #ifdef _OPENMP
 #pragma omp parallel num_threads(run->nt) if (run->nt > 1)
 #endif
-    stage_compute(run, stage, dst, fill, nf, params, nseg);
+    stage_compute(run, stage, dst, fill, nf, params);
 
     /* the new values, all read from the old mapping */
     int next[CS_SCHEME_MAX_FIELDS];
@@ -685,8 +841,9 @@ stage_run(scheme_run *run, const cs_stage *stage,
     return CS_OK;
 }
 
-/* Copy the grids in[k] into the interiors of buffers k (load) or the
-   interiors of the fields' buffers into out[k]; shared by the team. */
+/* Copy the grids in[k] into the interiors of buffers k (load; with
+   their x halos where x_at_write) or the interiors of the fields'
+   buffers into out[k]; shared by the team. */
 static void
 copy_grids(const scheme_run *run, const double *const *in,
            double *const *out)
@@ -704,6 +861,9 @@ copy_grids(const scheme_run *run, const double *const *in,
         const ptrdiff_t at = g->origin + row_at(g, r / g->n[1], r % g->n[1]);
         if (in != NULL) {
             memcpy(run->buf[k] + at, in[k] + r * g->n[2], bytes);
+            if (run->x_at_write) {
+                fill_row_halo(run, run->buf[k] + at);
+            }
         }
         else {
             memcpy(out[k] + r * g->n[2], run->buf[run->field_buf[k]] + at,
@@ -739,6 +899,20 @@ check_args(const cs_scheme *s, const double *const *in, double *const *out,
         }
     }
     return CS_OK;
+}
+
+/* Pieces per row: 1 where the rows are enough to share among nt
+   threads, else as many as make 8 units a thread, of MIN_PIECE points
+   or more. */
+static ptrdiff_t
+pieces_per_row(const geom *g, int nt)
+{
+    const ptrdiff_t rows = g->n[0] * g->n[1];
+    if (nt <= 1 || rows >= 8 * (ptrdiff_t)nt) {
+        return 1;
+    }
+    const ptrdiff_t want = (8 * (ptrdiff_t)nt + rows - 1) / rows;
+    return MAX(1, MIN(want, g->n[2] / MIN_PIECE));
 }
 
 /* Point-factors of one step: the threads' share of work. */
@@ -805,7 +979,8 @@ cs_cpu_scheme_apply(const cs_scheme *s, const double *const *in,
         }
         run.field_buf[k] = k;
     }
-    const ptrdiff_t nseg = (shape[2] + SEGMENT - 1) / SEGMENT;
+    run.split = pieces_per_row(&run.g, run.nt);
+    run.x_at_write = run.split == 1 && mode != CS_MODE_CONSTANT;
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(run.nt) if (run.nt > 1)
@@ -814,7 +989,7 @@ cs_cpu_scheme_apply(const cs_scheme *s, const double *const *in,
 
     for (long step = 0; step < steps; step++) {
         for (int i = 0; i < s->stage_count; i++) {
-            st = stage_run(&run, &s->stages[i], params, nseg);
+            st = stage_run(&run, &s->stages[i], params);
             if (st != CS_OK) {
                 goto exit;
             }
