@@ -391,6 +391,19 @@ def test_threads_agree(ndim, rng):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_rows_split_among_threads(mode, rng):
+    """Grids of few long rows: the threads share pieces of each row, and
+    every halo copy of a cell is written by the thread that writes it."""
+    for ndim, shape in ((1, (100000,)), (2, (3, 30000)), (3, (2, 2, 20000))):
+        stencils = [random_stencil(rng, ndim, 2, zeros=0.1)]
+        tables = random_scheme(rng, 2, 1, 1, 2)
+        fields = random_fields(rng, shape, 2)
+        params = random_fields(rng, shape, 1)
+        check(fields, tables, 3, mode, 0.5, params, stencils, threads=2,
+              ctx=dict(ndim=ndim))
+
+
 # ---------------------------------------------------------------------------
 # Aliasing between ins and outs
 

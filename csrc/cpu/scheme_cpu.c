@@ -1,32 +1,36 @@
 /*
- * scheme_cpu.c -- the CPU engine of PDE schemes (scheme_cpu.h).
+ * scheme_cpu.c -- the CPU engine of PDE schemes (scheme_cpu.h): entry
+ * point, setup, halos and the step loop.  The row kernels, which compute
+ * every output, are in scheme_rows.c; scheme_private.h is what the two
+ * files share.
  *
  * Every field lives in a buffer of its own, padded by the scheme's
  * radius on each side of each axis, so that a stencil term reads its
- * taps with no boundary branch: before a stage reads a buffer through a
- * stencil, its halo is filled from the mode (x first, row by row; then
- * the y halo rows and the z halo planes are copied whole, so the corners
- * follow, as the modes extend each axis independently).  A constant
- * halo is written once per buffer: only interiors are ever written.
+ * taps with no boundary branch.  The ins are copied into buffers before
+ * the first step and the outs written after the last, so any aliasing
+ * between them gives the right result.
  *
- * A stage writes each target into a free buffer of a small pool (a
- * field's old values must stay readable until the stage ends) and the
- * field then points at it.  An update that merely copies a field
- * (u_prev <- u) writes nothing: its target points at the source's
- * buffer, shared and never written in place.  The ins are copied into
- * buffers before the first step and the outs written after the last, so
- * any aliasing between them gives the right result.
+ * Halos are never filled in a pass of their own: a halo cell holds a
+ * copy of the grid cell the mode maps it to (its source), and whoever
+ * writes a grid cell writes its copies too, in the same row and in the
+ * halo rows and planes that map to its row and plane (the corners
+ * follow: the modes extend each axis independently).  So a buffer's halo
+ * is complete as soon as its interior is, whatever thread wrote each
+ * part.  A constant halo is written once: only interiors change.
  *
- * A stage is computed in units of one row segment (at most SEGMENT
- * points): all its updates in turn, so the fields' rows read by several
- * updates are still in cache.  An update accumulates its terms into the
- * target row in order, acc += (coef * param) * value, each term's value
- * computed in an L1 scratch row by loops over x that the compiler
- * vectorizes: a stencil from its list of non-zero taps (offset, weight),
- * in the kernel's C order; a monomial as a product of rows.  OpenMP
- * shares the units of a stage among the threads in contiguous blocks.
+ * A stage writes each target into a free buffer of a pool (a field's old
+ * values must stay readable until the stage ends) and the field then
+ * points at it.  An update that merely copies a field (u_prev <- u)
+ * writes nothing: its target points at the source's buffer, shared and
+ * never written in place.  Every thread follows this bookkeeping on its
+ * own copy (it is deterministic), so the team meets once per stage: one
+ * OpenMP parallel region runs the whole loop, the threads share each
+ * stage's rows in contiguous blocks (pieces of rows where rows are few:
+ * 1D grids), and a barrier ends the stage.  A row is computed SEGMENT
+ * points at a time, all the stage's updates in turn, so rows that several
+ * updates read stay in cache.
  */
-#include "scheme_cpu.h"
+#include "scheme_private.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,15 +40,12 @@
 #include <omp.h>
 #endif
 
-/* Points of a row a unit computes at most: two scratch rows fit L1. */
-#define SEGMENT 1024
+/* Fewest points per piece when rows are split among threads. */
+#define MIN_PIECE 512
 
-/* Point-factors per stage below which one more thread costs more than
+/* Point-factors per step below which one more thread costs more than
    it saves. */
 #define MIN_WORK_PER_THREAD (1 << 16)
-
-/* The most factors a monomial has: every field to the highest power. */
-#define MAX_FACTORS (CS_SCHEME_MAX_FIELDS * CS_SCHEME_MAX_POWER)
 
 /* Buffers: one per field, and one more per target of a stage. */
 #define MAX_BUFFERS (2 * CS_SCHEME_MAX_FIELDS)
@@ -61,18 +62,8 @@
  */
 #define STAGGER_DOUBLES (17 * ALIGN_DOUBLES)
 
-/* A term as the row loops take it. */
-typedef struct prep_term {
-    cs_term_kind kind;
-    double coef;
-    int param;               /* -1: none */
-    int field;               /* STENCIL: the field read */
-    int ntaps;               /* STENCIL: its non-zero weights */
-    const ptrdiff_t *off;    /* STENCIL: their offsets in a buffer */
-    const double *w;         /* STENCIL: the weights */
-    int nfactors;            /* MONOMIAL: the product's length */
-    int factor[MAX_FACTORS]; /* MONOMIAL: the field of each, in order */
-} prep_term;
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* The padded buffers' geometry: point (z, y, x) of the grid is at
    origin + z * plane + y * row + x. */
@@ -85,22 +76,32 @@ typedef struct geom {
     size_t size;             /* doubles per buffer */
 } geom;
 
-/* Everything a run holds. */
+/* The halo of one axis: its 2 r indices beyond the grid (-r .. -1,
+   n .. n + r - 1) and the grid index the mode maps each to; none under
+   the constant mode, whose halo is filled once. */
+typedef struct axis_halo {
+    int count;
+    ptrdiff_t *index;
+    ptrdiff_t *source;
+} axis_halo;
+
+/* Everything a run holds, read-only once the threads start. */
 typedef struct scheme_run {
     const cs_scheme *s;
     geom g;
     cs_mode mode;
     double cval;
     int nt;
+    ptrdiff_t split;         /* pieces per row, one thread each */
     prep_term *terms;        /* one per scheme term */
     ptrdiff_t *tap_off;      /* every stencil's non-zero taps */
     double *tap_w;
     int *copy_of;            /* per update: the field it copies, or -1 */
+    axis_halo halo[3];
     double *scratch;         /* SEGMENT doubles per thread */
+    int nbuf;                /* the pool */
     void *raw[MAX_BUFFERS];  /* as allocated */
-    double *buf[MAX_BUFFERS];/* aligned; NULL until first used */
-    int stale[MAX_BUFFERS];  /* the halo needs filling */
-    int field_buf[CS_SCHEME_MAX_FIELDS];
+    double *buf[MAX_BUFFERS];/* aligned */
 } scheme_run;
 
 /* ------------------------------------------------------------------ */
@@ -169,7 +170,8 @@ geom_init(geom *g, const ptrdiff_t shape[3], const ptrdiff_t r[3])
              * ALIGN_DOUBLES;
     if (!mul_ok(held[1], g->row, &g->plane)
         || !mul_ok(held[0], g->plane, &total)
-        || (size_t)total > SIZE_MAX / sizeof(double) - ALIGN_DOUBLES) {
+        || (size_t)total > SIZE_MAX / sizeof(double) - ALIGN_DOUBLES
+                               - MAX_BUFFERS * STAGGER_DOUBLES) {
         return 0;
     }
     g->size = (size_t)total;
@@ -177,7 +179,8 @@ geom_init(geom *g, const ptrdiff_t shape[3], const ptrdiff_t r[3])
     return 1;
 }
 
-/* Offset of grid row (z, y) from a buffer's origin. */
+/* Offset of grid row (z, y) from a buffer's origin (z, y may lie in the
+   halo). */
 static ptrdiff_t
 row_at(const geom *g, ptrdiff_t z, ptrdiff_t y)
 {
@@ -192,6 +195,10 @@ run_free(scheme_run *run)
     free(run->tap_w);
     free(run->copy_of);
     free(run->scratch);
+    for (int a = 0; a < 3; a++) {
+        free(run->halo[a].index);
+        free(run->halo[a].source);
+    }
     for (int b = 0; b < MAX_BUFFERS; b++) {
         free(run->raw[b]);
     }
@@ -214,12 +221,12 @@ copied_field(const scheme_run *run, const cs_update *u)
 }
 
 /*
- * The tables the row loops read: each term's taps (the non-zero weights
- * of its stencil, in C order, with their offsets in a padded buffer) or
- * factors, and which updates are plain copies.
+ * The tables the row kernels read: each term's taps (the non-zero
+ * weights of its stencil, in C order, with their offsets in a padded
+ * buffer) or factors, and which updates are plain copies.
  */
 static cs_status
-run_prepare(scheme_run *run)
+prepare_terms(scheme_run *run)
 {
     const cs_scheme *s = run->s;
     const geom *g = &run->g;
@@ -237,7 +244,6 @@ run_prepare(scheme_run *run)
         || run->copy_of == NULL) {
         return CS_ERR_NOMEM;
     }
-    /* each stencil's taps once, however many terms use it */
     size_t at = 0;
     for (int i = 0; i < s->term_count; i++) {
         const cs_term *t = &s->terms[i];
@@ -246,46 +252,45 @@ run_prepare(scheme_run *run)
         p->kind = t->kind;
         p->coef = t->coef;
         p->param = t->param;
-        if (t->kind == CS_TERM_STENCIL) {
-            p->field = t->field;
-            for (int j = 0; j < i; j++) {
-                if (s->terms[j].kind == CS_TERM_STENCIL
-                    && s->terms[j].stencil == t->stencil) {
-                    p->ntaps = run->terms[j].ntaps;
-                    p->off = run->terms[j].off;
-                    p->w = run->terms[j].w;
-                    break;
-                }
-            }
-            if (p->off != NULL) {
-                continue;
-            }
-            const cs_kernel *k = &s->stencils[t->stencil];
-            const ptrdiff_t count = cs_kernel_count(k);
-            p->off = run->tap_off + at;
-            p->w = run->tap_w + at;
-            for (ptrdiff_t q = 0; q < count; q++) {
-                if (k->weights[q] == 0.0) {
-                    continue; /* skipped, as scipy.ndimage does */
-                }
-                const ptrdiff_t dz = q / (k->size[1] * k->size[2])
-                                     - cs_kernel_radius(k, 0);
-                const ptrdiff_t dy = q / k->size[2] % k->size[1]
-                                     - cs_kernel_radius(k, 1);
-                const ptrdiff_t dx = q % k->size[2] - cs_kernel_radius(k, 2);
-                run->tap_off[at] = dz * g->plane + dy * g->row + dx;
-                run->tap_w[at] = k->weights[q];
-                at++;
-                p->ntaps++;
-            }
-        }
-        else {
+        if (t->kind != CS_TERM_STENCIL) {
             p->field = -1;
             for (int f = 0; f < s->field_count; f++) {
                 for (int e = 0; e < t->power[f]; e++) {
                     p->factor[p->nfactors++] = f;
                 }
             }
+            continue;
+        }
+        p->field = t->field;
+        /* each stencil's taps once, however many terms use it */
+        for (int j = 0; j < i && p->w == NULL; j++) {
+            if (s->terms[j].kind == CS_TERM_STENCIL
+                && s->terms[j].stencil == t->stencil) {
+                p->ntaps = run->terms[j].ntaps;
+                p->off = run->terms[j].off;
+                p->w = run->terms[j].w;
+            }
+        }
+        if (p->w != NULL) {
+            continue;
+        }
+        const cs_kernel *k = &s->stencils[t->stencil];
+        const ptrdiff_t count = cs_kernel_count(k);
+        p->off = run->tap_off + at;
+        p->w = run->tap_w + at;
+        for (ptrdiff_t q = 0; q < count; q++) {
+            if (k->weights[q] == 0.0) {
+                continue; /* skipped, as scipy.ndimage does */
+            }
+            const ptrdiff_t dz = q / (k->size[1] * k->size[2])
+                                 - cs_kernel_radius(k, 0);
+            const ptrdiff_t dy = q / k->size[2] % k->size[1]
+                                 - cs_kernel_radius(k, 1);
+            const ptrdiff_t dx = q % k->size[2] - cs_kernel_radius(k, 2);
+            run->tap_off[at] = dz * g->plane + dy * g->row + dx;
+            run->tap_w[at] = k->weights[q];
+            at++;
+            p->ntaps++;
         }
     }
     for (int u = 0; u < s->update_count; u++) {
@@ -294,25 +299,63 @@ run_prepare(scheme_run *run)
     return CS_OK;
 }
 
-/* Buffer b, allocated on first use; CS_ERR_NOMEM when it cannot be. */
+/* Each axis's halo indices and their sources (none for constant). */
 static cs_status
-buffer_get(scheme_run *run, int b)
+prepare_halos(scheme_run *run)
 {
-    if (run->buf[b] != NULL) {
-        return CS_OK;
+    for (int a = 0; a < 3; a++) {
+        axis_halo *h = &run->halo[a];
+        const ptrdiff_t r = run->g.r[a], n = run->g.n[a];
+        h->count = 0;
+        h->index = malloc((size_t)(2 * r + 1) * sizeof(ptrdiff_t));
+        h->source = malloc((size_t)(2 * r + 1) * sizeof(ptrdiff_t));
+        if (h->index == NULL || h->source == NULL) {
+            return CS_ERR_NOMEM;
+        }
+        if (run->mode == CS_MODE_CONSTANT) {
+            continue;
+        }
+        for (ptrdiff_t k = 1; k <= r; k++) {
+            const ptrdiff_t beyond[2] = {-k, n - 1 + k};
+            for (int side = 0; side < 2; side++) {
+                h->index[h->count] = beyond[side];
+                h->source[h->count] = cs_extend_index(beyond[side], n,
+                                                      run->mode);
+                h->count++;
+            }
+        }
     }
-    const size_t stagger = (size_t)b * STAGGER_DOUBLES;
-    run->raw[b] = malloc((run->g.size + ALIGN_DOUBLES + stagger)
-                         * sizeof(double));
-    if (run->raw[b] == NULL) {
-        return CS_ERR_NOMEM;
+    return CS_OK;
+}
+
+/* The pool: one buffer per field, and one per non-copy update of the
+   stage that has most. */
+static cs_status
+prepare_buffers(scheme_run *run)
+{
+    const cs_scheme *s = run->s;
+    int most = 0;
+    for (int i = 0; i < s->stage_count; i++) {
+        int writes = 0;
+        for (int j = 0; j < s->stages[i].update_count; j++) {
+            writes += run->copy_of[s->stages[i].first_update + j] < 0;
+        }
+        most = MAX(most, writes);
     }
+    run->nbuf = s->field_count + most;
     const uintptr_t line = ALIGN_DOUBLES * sizeof(double);
-    const uintptr_t addr = (uintptr_t)run->raw[b];
-    run->buf[b] = (double *)(void *)((char *)run->raw[b]
-                                     + (line - addr % line) % line)
-                  + stagger;
-    run->stale[b] = 1;
+    for (int b = 0; b < run->nbuf; b++) {
+        const size_t stagger = (size_t)b * STAGGER_DOUBLES;
+        run->raw[b] = malloc((run->g.size + ALIGN_DOUBLES + stagger)
+                             * sizeof(double));
+        if (run->raw[b] == NULL) {
+            return CS_ERR_NOMEM;
+        }
+        const uintptr_t addr = (uintptr_t)run->raw[b];
+        run->buf[b] = (double *)(void *)((char *)run->raw[b]
+                                         + (line - addr % line) % line)
+                      + stagger;
+    }
     return CS_OK;
 }
 
@@ -320,317 +363,111 @@ buffer_get(scheme_run *run, int b)
 /* Halos                                                                */
 /* ------------------------------------------------------------------ */
 
-/* The x halo of one row (`row` points at its x = 0). */
-static void
-fill_row_halo(const scheme_run *run, double *row)
+/* Whether grid index i of axis a is the source of halo entry e. */
+static int
+is_source(const axis_halo *h, int e, ptrdiff_t i)
 {
-    const ptrdiff_t n = run->g.n[2];
-    for (ptrdiff_t k = 1; k <= run->g.r[2]; k++) {
-        const ptrdiff_t lo = cs_extend_index(-k, n, run->mode);
-        const ptrdiff_t hi = cs_extend_index(n - 1 + k, n, run->mode);
-        row[-k] = lo < 0 ? run->cval : row[lo];
-        row[n - 1 + k] = hi < 0 ? run->cval : row[hi];
+    return h->source[e] == i;
+}
+
+/*
+ * Cells [x0, x1) of grid row (z, y) of buffer `base` (its origin) were
+ * just written: write their copies, the x halo cells of the row whose
+ * sources they are, and the same cells of every halo row and plane that
+ * maps to row (z, y).
+ */
+static void
+write_copies(const scheme_run *run, double *base, ptrdiff_t z,
+             ptrdiff_t y, ptrdiff_t x0, ptrdiff_t x1)
+{
+    const geom *g = &run->g;
+    const axis_halo *hx = &run->halo[2];
+    const axis_halo *hy = &run->halo[1];
+    const axis_halo *hz = &run->halo[0];
+    const double *row = base + row_at(g, z, y);
+    /* the row itself (e = -1), then the halo rows and planes mapping to
+       it (e >= 0) */
+    for (int ez = -1; ez < hz->count; ez++) {
+        if (ez >= 0 && !is_source(hz, ez, z)) {
+            continue;
+        }
+        const ptrdiff_t zi = ez < 0 ? z : hz->index[ez];
+        for (int ey = -1; ey < hy->count; ey++) {
+            if (ey >= 0 && !is_source(hy, ey, y)) {
+                continue;
+            }
+            const ptrdiff_t yi = ey < 0 ? y : hy->index[ey];
+            double *image = base + row_at(g, zi, yi);
+            if (image != row) {
+                memcpy(image + x0, row + x0,
+                       (size_t)(x1 - x0) * sizeof(double));
+            }
+            for (int ex = 0; ex < hx->count; ex++) {
+                const ptrdiff_t src = hx->source[ex];
+                if (src >= x0 && src < x1) {
+                    image[hx->index[ex]] = row[src];
+                }
+            }
+        }
     }
 }
 
-/* Halo row y (outside the grid) of plane z, whole: x halo included. */
+/*
+ * Every halo cell of every buffer set to cval (the constant mode, once):
+ * the x halos of the grid rows, the halo rows of the grid planes and the
+ * halo planes, whole.  Shared by the team.
+ */
 static void
-fill_halo_row(const scheme_run *run, double *base, ptrdiff_t z,
-              ptrdiff_t y)
+fill_constant_halos(const scheme_run *run)
 {
     const geom *g = &run->g;
-    const ptrdiff_t m = cs_extend_index(y, g->n[1], run->mode);
+    const ptrdiff_t planes = g->n[0] + 2 * g->r[0];
+    const ptrdiff_t rows = g->n[1] + 2 * g->r[1];
     const ptrdiff_t len = g->n[2] + 2 * g->r[2];
-    double *dst = base + row_at(g, z, y) - g->r[2];
-    if (m < 0) {
-        for (ptrdiff_t i = 0; i < len; i++) {
-            dst[i] = run->cval;
-        }
-    }
-    else {
-        memcpy(dst, base + row_at(g, z, m) - g->r[2],
-               (size_t)len * sizeof(double));
-    }
-}
-
-/* Halo plane z (outside the grid), whole. */
-static void
-fill_halo_plane(const scheme_run *run, double *base, ptrdiff_t z)
-{
-    const geom *g = &run->g;
-    const ptrdiff_t m = cs_extend_index(z, g->n[0], run->mode);
-    double *dst = base + row_at(g, z, -g->r[1]) - g->r[2];
-    /* from the first halo row's first cell to the last's last */
-    const ptrdiff_t len = (g->n[1] + 2 * g->r[1] - 1) * g->row
-                          + g->n[2] + 2 * g->r[2];
-    if (m < 0) {
-        for (ptrdiff_t i = 0; i < len; i++) {
-            dst[i] = run->cval;
-        }
-    }
-    else {
-        memcpy(dst, base + row_at(g, m, -g->r[1]) - g->r[2],
-               (size_t)len * sizeof(double));
-    }
-}
-
-/*
- * The halos of the nb buffers `bufs` (their origins), shared by the
- * team: x halos of every grid row, then the y halo rows of every grid
- * plane, then the z halo planes, each after what it copies.
- */
-static void
-fill_halos(const scheme_run *run, double *const *bufs, int nb)
-{
-    const geom *g = &run->g;
-    const ptrdiff_t rows = g->n[0] * g->n[1];
-    if (g->r[2] > 0) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (ptrdiff_t i = 0; i < nb * rows; i++) {
-            const ptrdiff_t z = i % rows / g->n[1], y = i % rows % g->n[1];
-            fill_row_halo(run, bufs[i / rows] + row_at(g, z, y));
-        }
-    }
-    if (g->r[1] > 0) {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (ptrdiff_t i = 0; i < nb * g->n[0]; i++) {
-            const ptrdiff_t z = i % g->n[0];
-            for (ptrdiff_t k = 1; k <= g->r[1]; k++) {
-                fill_halo_row(run, bufs[i / g->n[0]], z, -k);
-                fill_halo_row(run, bufs[i / g->n[0]], z, g->n[1] - 1 + k);
-            }
-        }
-    }
-    if (g->r[0] > 0) {
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (ptrdiff_t i = 0; i < nb * 2 * g->r[0]; i++) {
-            const ptrdiff_t k = i % (2 * g->r[0]);
-            const ptrdiff_t z = k < g->r[0] ? -1 - k : g->n[0] + k - g->r[0];
-            fill_halo_plane(run, bufs[i / (2 * g->r[0])], z);
-        }
-    }
-}
-
-/* ------------------------------------------------------------------ */
-/* Row loops                                                            */
-/* ------------------------------------------------------------------ */
-
-/*
- * d (+)= (coef * p) * v over n points (p NULL: coef alone; v NULL: the
- * value 1).  The first term of a sum stores 0 + term, exactly the
- * reference's acc = 0; acc += term.
- */
-static void
-accumulate(double *restrict d, const double *restrict v, double coef,
-           const double *restrict p, ptrdiff_t n, int first)
-{
-    if (v == NULL) {
-        if (p == NULL) {
-            if (first) {
-                for (ptrdiff_t i = 0; i < n; i++) {
-                    d[i] = 0.0 + coef;
-                }
-            }
-            else {
-                for (ptrdiff_t i = 0; i < n; i++) {
-                    d[i] += coef;
+    for (ptrdiff_t i = 0; i < run->nbuf * planes; i++) {
+        const ptrdiff_t z = i % planes - g->r[0];
+        double *base = run->buf[i / planes] + g->origin;
+        for (ptrdiff_t y = -g->r[1]; y < rows - g->r[1]; y++) {
+            double *row = base + row_at(g, z, y) - g->r[2];
+            const int inside = z >= 0 && z < g->n[0] && y >= 0
+                               && y < g->n[1];
+            for (ptrdiff_t x = 0; x < len; x++) {
+                if (!inside || x < g->r[2] || x >= g->r[2] + g->n[2]) {
+                    row[x] = run->cval;
                 }
             }
         }
-        else if (first) {
-            for (ptrdiff_t i = 0; i < n; i++) {
-                d[i] = 0.0 + coef * p[i];
-            }
-        }
-        else {
-            for (ptrdiff_t i = 0; i < n; i++) {
-                d[i] += coef * p[i];
-            }
-        }
-    }
-    else if (p == NULL) {
-        if (first) {
-            for (ptrdiff_t i = 0; i < n; i++) {
-                d[i] = 0.0 + coef * v[i];
-            }
-        }
-        else {
-            for (ptrdiff_t i = 0; i < n; i++) {
-                d[i] += coef * v[i];
-            }
-        }
-    }
-    else if (first) {
-        for (ptrdiff_t i = 0; i < n; i++) {
-            d[i] = 0.0 + (coef * p[i]) * v[i];
-        }
-    }
-    else {
-        for (ptrdiff_t i = 0; i < n; i++) {
-            d[i] += (coef * p[i]) * v[i];
-        }
-    }
-}
-
-/* t = the correlation of src with the term's taps over n points, summed
-   in the taps' order; 0 where it has none. */
-static void
-stencil_row(double *restrict t, const double *restrict src,
-            const prep_term *term, ptrdiff_t n)
-{
-    if (term->ntaps == 0) {
-        for (ptrdiff_t i = 0; i < n; i++) {
-            t[i] = 0.0;
-        }
-        return;
-    }
-    const double *restrict s = src + term->off[0];
-    const double w = term->w[0];
-    for (ptrdiff_t i = 0; i < n; i++) {
-        t[i] = w * s[i];
-    }
-    for (int k = 1; k < term->ntaps; k++) {
-        const double *restrict sk = src + term->off[k];
-        const double wk = term->w[k];
-        for (ptrdiff_t i = 0; i < n; i++) {
-            t[i] += wk * sk[i];
-        }
-    }
-}
-
-/* t = the product of the monomial's factors over n points, in order
-   (at least two factors). */
-static void
-monomial_row(double *restrict t, const double *const *field,
-             const prep_term *term, ptrdiff_t n)
-{
-    const double *restrict a = field[term->factor[0]];
-    const double *restrict b = field[term->factor[1]];
-    for (ptrdiff_t i = 0; i < n; i++) {
-        t[i] = a[i] * b[i];
-    }
-    for (int k = 2; k < term->nfactors; k++) {
-        const double *restrict c = field[term->factor[k]];
-        for (ptrdiff_t i = 0; i < n; i++) {
-            t[i] *= c[i];
-        }
-    }
-}
-
-/*
- * One update over n points of one row: d = its terms' sum; field[f]
- * and param[p] point at the same point of every field and parameter
- * field, t is scratch.
- */
-static void
-update_row(const scheme_run *run, const cs_update *u, double *restrict d,
-           const double *const *field, const double *const *param,
-           double *restrict t, ptrdiff_t n)
-{
-    if (u->term_count == 0) {
-        for (ptrdiff_t i = 0; i < n; i++) {
-            d[i] = 0.0;
-        }
-        return;
-    }
-    for (int j = 0; j < u->term_count; j++) {
-        const prep_term *term = &run->terms[u->first_term + j];
-        const double *p = term->param >= 0 ? param[term->param] : NULL;
-        const double *v;
-        if (term->kind == CS_TERM_STENCIL) {
-            stencil_row(t, field[term->field], term, n);
-            v = t;
-        }
-        else if (term->nfactors == 0) {
-            v = NULL;
-        }
-        else if (term->nfactors == 1) {
-            v = field[term->factor[0]];
-        }
-        else {
-            monomial_row(t, field, term, n);
-            v = t;
-        }
-        accumulate(d, v, term->coef, p, n, j == 0);
     }
 }
 
 /* ------------------------------------------------------------------ */
-/* Stages and steps                                                     */
+/* Steps                                                                */
 /* ------------------------------------------------------------------ */
 
 /*
- * One stage: dst[j] is the buffer update j of the stage writes (-1: a
- * copy, nothing written); the nf buffers `fill` need their halo filled
- * first.  Run by the team.
+ * The buffers stage `stage` writes, from the fields' buffers fb: dst[j]
+ * for its update j (-1: a plain copy, nothing written), each one no
+ * field points at; and next, the fields' buffers after it.
  */
 static void
-stage_compute(const scheme_run *run, const cs_stage *stage, const int *dst,
-              double *const *fill, int nf, const double *const *params,
-              ptrdiff_t nseg)
+assign_stage(const scheme_run *run, const cs_stage *stage, const int *fb,
+             int *dst, int *next)
 {
     const cs_scheme *s = run->s;
-    const geom *g = &run->g;
-    const ptrdiff_t rows = g->n[0] * g->n[1];
-    double *t = run->scratch + (size_t)thread_id() * SEGMENT;
-    if (nf > 0) {
-        fill_halos(run, fill, nf);
-    }
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-    for (ptrdiff_t unit = 0; unit < rows * nseg; unit++) {
-        const ptrdiff_t r = unit / nseg, seg = unit % nseg;
-        const ptrdiff_t x0 = g->n[2] * seg / nseg;
-        const ptrdiff_t x1 = g->n[2] * (seg + 1) / nseg;
-        const ptrdiff_t at = g->origin + row_at(g, r / g->n[1], r % g->n[1])
-                             + x0;
-        const ptrdiff_t grid_at = r * g->n[2] + x0;
-        const double *field[CS_SCHEME_MAX_FIELDS];
-        const double *param[CS_SCHEME_MAX_PARAMS];
-        for (int f = 0; f < s->field_count; f++) {
-            field[f] = run->buf[run->field_buf[f]] + at;
-        }
-        for (int p = 0; p < s->param_count; p++) {
-            param[p] = params[p] + grid_at;
-        }
-        for (int j = 0; j < stage->update_count; j++) {
-            if (dst[j] >= 0) {
-                update_row(run, &s->updates[stage->first_update + j],
-                           run->buf[dst[j]] + at, field, param, t,
-                           x1 - x0);
-            }
-        }
-    }
-}
-
-/*
- * Stage `stage` of a step: choose the buffers it writes, fill the halos
- * its stencils read, compute it, and point its targets at their new
- * values.
- */
-static cs_status
-stage_run(scheme_run *run, const cs_stage *stage,
-          const double *const *params, ptrdiff_t nseg)
-{
-    const cs_scheme *s = run->s;
-    int dst[CS_SCHEME_MAX_FIELDS];
     int taken[MAX_BUFFERS] = {0};
-    double *fill[MAX_BUFFERS];
-    int nf = 0;
     for (int f = 0; f < s->field_count; f++) {
-        taken[run->field_buf[f]] = 1;
+        taken[fb[f]] = 1;
+        next[f] = fb[f];
     }
     for (int j = 0; j < stage->update_count; j++) {
         const int u = stage->first_update + j;
-        dst[j] = -1;
+        const int target = s->updates[u].target;
         if (run->copy_of[u] >= 0) {
+            dst[j] = -1;
+            next[target] = fb[run->copy_of[u]];
             continue;
         }
         int b = 0;
@@ -638,58 +475,65 @@ stage_run(scheme_run *run, const cs_stage *stage,
             b++; /* the pool has one buffer per field and per target */
         }
         taken[b] = 1;
-        cs_status st = buffer_get(run, b);
-        if (st != CS_OK) {
-            return st;
-        }
         dst[j] = b;
-        /* the stencils this update reads */
-        const cs_update *up = &s->updates[u];
-        for (int i = 0; i < up->term_count; i++) {
-            const prep_term *t = &run->terms[up->first_term + i];
-            if (t->kind != CS_TERM_STENCIL) {
-                continue;
-            }
-            const int src = run->field_buf[t->field];
-            if (run->stale[src]) {
-                run->stale[src] = 0;
-                fill[nf++] = run->buf[src] + run->g.origin;
-            }
-        }
+        next[target] = b;
     }
-
-#ifdef _OPENMP
-#pragma omp parallel num_threads(run->nt) if (run->nt > 1)
-#endif
-    stage_compute(run, stage, dst, fill, nf, params, nseg);
-
-    /* the new values, all read from the old mapping */
-    int next[CS_SCHEME_MAX_FIELDS];
-    memcpy(next, run->field_buf, sizeof(next));
-    for (int j = 0; j < stage->update_count; j++) {
-        const int u = stage->first_update + j;
-        const int target = s->updates[u].target;
-        if (dst[j] >= 0) {
-            next[target] = dst[j];
-            /* a constant halo, once filled, stays: only interiors are
-               written */
-            if (run->mode != CS_MODE_CONSTANT) {
-                run->stale[dst[j]] = 1;
-            }
-        }
-        else {
-            next[target] = run->field_buf[run->copy_of[u]];
-        }
-    }
-    memcpy(run->field_buf, next, sizeof(next));
-    return CS_OK;
 }
 
-/* Copy the grids in[k] into the interiors of buffers k (load) or the
-   interiors of the fields' buffers into out[k]; shared by the team. */
+/*
+ * This thread's share of one stage: the fields in buffers fb, update j
+ * written into buffer dst[j], and the copies of what it writes.
+ */
+static void
+stage_rows(const scheme_run *run, const cs_stage *stage, const int *fb,
+           const int *dst, const double *const *params)
+{
+    const cs_scheme *s = run->s;
+    const geom *g = &run->g;
+    const ptrdiff_t rows = g->n[0] * g->n[1];
+    const ptrdiff_t split = run->split;
+    double *t = run->scratch + (size_t)thread_id() * SEGMENT;
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+    for (ptrdiff_t unit = 0; unit < rows * split; unit++) {
+        const ptrdiff_t r = unit / split, piece = unit % split;
+        const ptrdiff_t z = r / g->n[1], y = r % g->n[1];
+        const ptrdiff_t row = g->origin + row_at(g, z, y);
+        const ptrdiff_t begin = g->n[2] * piece / split;
+        const ptrdiff_t end = g->n[2] * (piece + 1) / split;
+        for (ptrdiff_t x0 = begin; x0 < end; x0 += SEGMENT) {
+            const double *field[CS_SCHEME_MAX_FIELDS];
+            const double *param[CS_SCHEME_MAX_PARAMS];
+            for (int f = 0; f < s->field_count; f++) {
+                field[f] = run->buf[fb[f]] + row + x0;
+            }
+            for (int p = 0; p < s->param_count; p++) {
+                param[p] = params[p] + r * g->n[2] + x0;
+            }
+            for (int j = 0; j < stage->update_count; j++) {
+                if (dst[j] >= 0) {
+                    cs_scheme_update_row(
+                        run->terms, &s->updates[stage->first_update + j],
+                        run->buf[dst[j]] + row + x0, field, param, t,
+                        MIN(SEGMENT, end - x0));
+                }
+            }
+        }
+        for (int j = 0; j < stage->update_count; j++) {
+            if (dst[j] >= 0) {
+                write_copies(run, run->buf[dst[j]] + g->origin, z, y, begin,
+                             end);
+            }
+        }
+    }
+}
+
+/* The ins into buffers 0 .. K - 1 with their copies (load), or the
+   fields' buffers fb into the outs; shared by the team. */
 static void
 copy_grids(const scheme_run *run, const double *const *in,
-           double *const *out)
+           double *const *out, const int *fb)
 {
     const geom *g = &run->g;
     const ptrdiff_t rows = g->n[0] * g->n[1];
@@ -701,16 +545,73 @@ copy_grids(const scheme_run *run, const double *const *in,
     for (ptrdiff_t i = 0; i < k_count * rows; i++) {
         const int k = (int)(i / rows);
         const ptrdiff_t r = i % rows;
-        const ptrdiff_t at = g->origin + row_at(g, r / g->n[1], r % g->n[1]);
+        const ptrdiff_t z = r / g->n[1], y = r % g->n[1];
+        const ptrdiff_t at = g->origin + row_at(g, z, y);
         if (in != NULL) {
             memcpy(run->buf[k] + at, in[k] + r * g->n[2], bytes);
+            write_copies(run, run->buf[k] + g->origin, z, y, 0, g->n[2]);
         }
         else {
-            memcpy(out[k] + r * g->n[2], run->buf[run->field_buf[k]] + at,
-                   bytes);
+            memcpy(out[k] + r * g->n[2], run->buf[fb[k]] + at, bytes);
         }
     }
 }
+
+/*
+ * The whole run, by every thread of the team.  Thread 0 (the caller's
+ * thread) polls `intr` after each step but the last and writes the step
+ * it stops after into *stop_after; the barrier that ends the step
+ * publishes it, and every thread leaves after that step (a value meant
+ * for a later step is never mistaken for this one's).  The outs are
+ * written only after the last step.
+ */
+static void
+run_team(const scheme_run *run, const double *const *in, double *const *out,
+         const double *const *params, long steps, const cs_interrupt *intr,
+         long *stop_after)
+{
+    const cs_scheme *s = run->s;
+    int fb[CS_SCHEME_MAX_FIELDS], next[CS_SCHEME_MAX_FIELDS];
+    int dst[CS_SCHEME_MAX_FIELDS];
+    for (int f = 0; f < s->field_count; f++) {
+        fb[f] = f;
+    }
+    if (run->mode == CS_MODE_CONSTANT) {
+        fill_constant_halos(run);
+    }
+    copy_grids(run, in, NULL, fb);
+    for (long step = 0; step < steps; step++) {
+        for (int i = 0; i < s->stage_count; i++) {
+            assign_stage(run, &s->stages[i], fb, dst, next);
+            stage_rows(run, &s->stages[i], fb, dst, params);
+            if (i == s->stage_count - 1 && thread_id() == 0
+                && step + 1 < steps
+                && cs_interrupt_requested(intr, step + 1)) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+                *stop_after = step;
+            }
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+            memcpy(fb, next, sizeof(fb));
+        }
+        long stop;
+#ifdef _OPENMP
+#pragma omp atomic read
+#endif
+        stop = *stop_after;
+        if (stop == step) {
+            return;
+        }
+    }
+    copy_grids(run, NULL, out, fb);
+}
+
+/* ------------------------------------------------------------------ */
+/* Public API                                                           */
+/* ------------------------------------------------------------------ */
 
 static cs_status
 check_args(const cs_scheme *s, const double *const *in, double *const *out,
@@ -741,6 +642,20 @@ check_args(const cs_scheme *s, const double *const *in, double *const *out,
     return CS_OK;
 }
 
+/* Pieces per row: 1 where the rows are enough to share among nt
+   threads, else as many as make 8 units a thread, of MIN_PIECE points
+   or more. */
+static ptrdiff_t
+pieces_per_row(const geom *g, int nt)
+{
+    const ptrdiff_t rows = g->n[0] * g->n[1];
+    if (nt <= 1 || rows >= 8 * (ptrdiff_t)nt) {
+        return 1;
+    }
+    const ptrdiff_t want = (8 * (ptrdiff_t)nt + rows - 1) / rows;
+    return MAX(1, MIN(want, g->n[2] / MIN_PIECE));
+}
+
 /* Point-factors of one step: the threads' share of work. */
 static double
 step_work(const scheme_run *run)
@@ -756,10 +671,6 @@ step_work(const scheme_run *run)
     }
     return per_point * (double)g->n[0] * (double)g->n[1] * (double)g->n[2];
 }
-
-/* ------------------------------------------------------------------ */
-/* Public API                                                           */
-/* ------------------------------------------------------------------ */
 
 cs_status
 cs_cpu_scheme_apply(const cs_scheme *s, const double *const *in,
@@ -781,11 +692,18 @@ cs_cpu_scheme_apply(const cs_scheme *s, const double *const *in,
     for (int a = 0; a < 3; a++) {
         r[a] = cs_scheme_radius(s, a);
     }
+    long stop_after = -1;
     if (!geom_init(&run.g, shape, r)) {
         st = CS_ERR_NOMEM; /* the padded grid exceeds the address space */
         goto exit;
     }
-    st = run_prepare(&run);
+    st = prepare_terms(&run);
+    if (st == CS_OK) {
+        st = prepare_halos(&run);
+    }
+    if (st == CS_OK) {
+        st = prepare_buffers(&run);
+    }
     if (st != CS_OK) {
         goto exit;
     }
@@ -793,43 +711,22 @@ cs_cpu_scheme_apply(const cs_scheme *s, const double *const *in,
     if (run.nt < 1) {
         run.nt = 1;
     }
+    run.split = pieces_per_row(&run.g, run.nt);
     run.scratch = malloc((size_t)run.nt * SEGMENT * sizeof(double));
     if (run.scratch == NULL) {
         st = CS_ERR_NOMEM;
         goto exit;
     }
-    for (int k = 0; k < s->field_count; k++) {
-        st = buffer_get(&run, k);
-        if (st != CS_OK) {
-            goto exit;
-        }
-        run.field_buf[k] = k;
-    }
-    const ptrdiff_t nseg = (shape[2] + SEGMENT - 1) / SEGMENT;
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(run.nt) if (run.nt > 1)
 #endif
-    copy_grids(&run, in, NULL);
+    run_team(&run, in, out, params, steps, intr, &stop_after);
 
-    for (long step = 0; step < steps; step++) {
-        for (int i = 0; i < s->stage_count; i++) {
-            st = stage_run(&run, &s->stages[i], params, nseg);
-            if (st != CS_OK) {
-                goto exit;
-            }
-        }
-        if (step + 1 < steps && cs_interrupt_requested(intr, step + 1)) {
-            st = CS_ERR_INTERRUPTED;
-            goto exit;
-        }
+    if (stop_after >= 0) {
+        st = CS_ERR_INTERRUPTED;
+        goto exit;
     }
-
-#ifdef _OPENMP
-#pragma omp parallel num_threads(run.nt) if (run.nt > 1)
-#endif
-    copy_grids(&run, NULL, out);
-
     if (info != NULL) {
         info->backend = "cpu";
         info->path = "scheme";
