@@ -16,7 +16,7 @@ import convstencil as cs
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOTEBOOKS = os.path.join(os.path.dirname(HERE), "notebooks")
 NAMES = ["01_quickstart", "02_heat_equation", "03_wave_equation",
-         "04_image_and_3d", "05_performance"]
+         "04_image_and_3d", "05_performance", "06_reaction_diffusion"]
 MAX_BYTES = 2 << 20
 CELL_TIMEOUT = 300
 
