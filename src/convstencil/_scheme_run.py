@@ -81,9 +81,9 @@ def _host_grids(grids, scheme):
     return tuple(arrays)
 
 
-def host_params(params, scheme, shape):
-    """The parameter fields in scheme.params order, float64 C-contiguous
-    arrays of `shape`, checked."""
+def _named_params(params, scheme):
+    """(name, value) of every parameter field the scheme reads, in
+    scheme.params order; `params` checked to name exactly those."""
     if params is None:
         params = {}
     if not isinstance(params, dict):
@@ -94,12 +94,18 @@ def host_params(params, scheme, shape):
             raise ValueError(
                 "unknown parameter field %r; the scheme reads %s"
                 % (name, ", ".join(map(repr, scheme.params)) or "none"))
-    arrays = []
     for name in scheme.params:
         if name not in params:
             raise ValueError("parameter field %r is missing: pass params="
                              "{%r: array}" % (name, name))
-        value = params[name]
+    return [(name, params[name]) for name in scheme.params]
+
+
+def host_params(params, scheme, shape):
+    """The parameter fields in scheme.params order, float64 C-contiguous
+    arrays of `shape`, checked."""
+    arrays = []
+    for name, value in _named_params(params, scheme):
         if _device.is_device_array(value):
             raise TypeError("parameter field %r is a GPU array but the "
                             "grids are host arrays" % name)
@@ -318,22 +324,9 @@ def _apply_device(grids, scheme, steps, mode, cval, backend, out, every,
 
 
 def _device_params(params, scheme, shape):
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise TypeError("params must be a dict {name: array}, got %s"
-                        % type(params).__name__)
-    for name in params:
-        if name not in scheme.params:
-            raise ValueError(
-                "unknown parameter field %r; the scheme reads %s"
-                % (name, ", ".join(map(repr, scheme.params)) or "none"))
+    """(array, DeviceView) of every parameter field, checked."""
     found = []
-    for name in scheme.params:
-        if name not in params:
-            raise ValueError("parameter field %r is missing: pass params="
-                             "{%r: array}" % (name, name))
-        value = params[name]
+    for name, value in _named_params(params, scheme):
         if not _device.is_device_array(value):
             raise TypeError("parameter field %r is a host array but the "
                             "grids are GPU arrays: put it on the GPU too"
