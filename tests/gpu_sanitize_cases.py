@@ -1,11 +1,11 @@
 """Small cases that launch every GPU kernel once, for compute-sanitizer.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 \\
-        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold]
+        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold|onestep|scheme]
     compute-sanitizer --tool racecheck --error-exitcode 1 \\
-        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold]
+        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold|onestep|scheme]
 
-("tb2d", "tb3d", "fold": those cases alone.)
+("tb2d", ...: those cases alone; "onestep" and "scheme" need CuPy.)
 Covers the tensor-core kernels (tc2d, tc1d, and tc3d with dense, point
 and zero planes) for every kernel height they are built for (ky = 1, 3,
 5, 7), on grids that are and are not multiples of their tile (so partial
@@ -345,9 +345,82 @@ def session_cases(rng):
     return ok
 
 
+def onestep_cases(rng):
+    """One step between float64 CuPy arrays (the one-step kernels: 1D,
+    planar and 3D tiles, every preset and mode, grids that are not
+    multiples of a tile, out= a view with longer rows)."""
+    try:
+        import cupy as cp
+    except ImportError:
+        print("skip one-step cases: no CuPy")
+        return True
+    ok = True
+    shapes = {1: (1003,), 2: (67, 131), 3: (13, 21, 35)}
+    for name in cs.PRESETS:
+        w = cs.Stencil(name).weights
+        host = rng.standard_normal(shapes[w.ndim])
+        for mode in MODES:
+            want = cs.apply(host, w, mode=mode, cval=0.5, backend="cpu")
+            got = cs.apply(cp.asarray(host), w, mode=mode, cval=0.5)
+            ok &= report(cp.asnumpy(got), want, "one step %s %s"
+                         % (name, mode))
+    host = rng.standard_normal((67, 131))
+    wide = cp.zeros((67, 140))
+    cs.apply(cp.asarray(host), "box2d49p", mode="reflect",
+             out=wide[:, :131])
+    return ok & report(cp.asnumpy(wide[:, :131]),
+                       cs.apply(host, "box2d49p", mode="reflect",
+                                backend="cpu"), "one step into a view")
+
+
+def scheme_cases(rng):
+    """Schemes on the GPU (scheme.cu): Gray-Scott and a leapfrog wave with
+    a velocity field in 1D/2D/3D, every mode, outs fresh and in place,
+    two stages (a Yee grid), against the CPU engine."""
+    try:
+        import cupy as cp
+    except ImportError:
+        print("skip scheme cases: no CuPy")
+        return True
+    ok = True
+    u, v, up = cs.fields("u v up")
+    c2 = cs.param("c2")
+    shapes = {1: (1001,), 2: (67, 131), 3: (13, 21, 35)}
+    for ndim, shape in shapes.items():
+        L = cs.laplacian(ndim)
+        gs = cs.Scheme({u: u + 0.16 * L(u) - u * v**2 + 0.035 * (1 - u),
+                        v: v + 0.08 * L(v) + u * v**2 - 0.1 * v})
+        wave = cs.Scheme({u: 2 * u - up + c2 * L(u), up: u})
+        a, b = rng.uniform(0.5, 1, shape), rng.uniform(0, 0.3, shape)
+        speed = rng.uniform(0, 0.2, shape)
+        for mode in MODES:
+            want = cs.apply((a, b), gs, steps=3, mode=mode, backend="cpu")
+            got = cs.apply((cp.asarray(a), cp.asarray(b)), gs, steps=3,
+                           mode=mode)
+            for i in range(2):
+                ok &= report(cp.asnumpy(got[i]), want[i], "scheme gs %dD "
+                             "%s field %d" % (ndim, mode, i))
+            want = cs.apply((a, b), wave, steps=4, mode=mode,
+                            params={"c2": speed}, backend="cpu")
+            pair = (cp.asarray(a), cp.asarray(b))
+            cs.apply(pair, wave, steps=4, mode=mode, out=pair,
+                     params={"c2": cp.asarray(speed)})
+            ok &= report(cp.asnumpy(pair[0]), want[0], "scheme wave %dD %s "
+                         "in place" % (ndim, mode))
+    h, e = cs.fields("h e")
+    dx = cs.Stencil(weights=[[0.0, -1.0, 1.0]])
+    dxb = cs.Stencil(weights=[[-1.0, 1.0, 0.0]])
+    yee = cs.Scheme([{h: h + 0.5 * dx(e)}, {e: e + 0.5 * dxb(h)}])
+    a, b = rng.standard_normal((67, 131)), rng.standard_normal((67, 131))
+    want = cs.apply((a, b), yee, steps=5, backend="cpu")
+    got = cs.apply((cp.asarray(a), cp.asarray(b)), yee, steps=5)
+    return ok & report(cp.asnumpy(got[1]), want[1], "scheme two stages")
+
+
 if __name__ == "__main__":
     alone = {"tb2d": tb2d_cases, "tb3d": tb3d_cases,
-             "fold": fold_array_cases}
+             "fold": fold_array_cases, "onestep": onestep_cases,
+             "scheme": scheme_cases}
     if len(sys.argv) == 2 and sys.argv[1] in alone:  # one set alone
         set_ok = alone[sys.argv[1]](np.random.default_rng(2026))
         print("all ok" if set_ok else "FAILURES")
