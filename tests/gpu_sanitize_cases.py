@@ -360,8 +360,9 @@ def onestep_cases(rng):
         w = cs.Stencil(name).weights
         host = rng.standard_normal(shapes[w.ndim])
         for mode in MODES:
-            want = cs.apply(host, w, mode=mode, cval=0.5, backend="cpu")
-            got = cs.apply(cp.asarray(host), w, mode=mode, cval=0.5)
+            want = cs.apply(host, weights=w, mode=mode, cval=0.5,
+                            backend="cpu")
+            got = cs.apply(cp.asarray(host), weights=w, mode=mode, cval=0.5)
             ok &= report(cp.asnumpy(got), want, "one step %s %s"
                          % (name, mode))
     host = rng.standard_normal((67, 131))
