@@ -244,7 +244,16 @@ def set_tile(tile):
         os.environ["CONVSTENCIL_SCHEME_TILE"] = tile
 
 
-def bench(cp, ndi, name, sizes, steps, repeat, tiles, prov, floor):
+def set_block(block):
+    """CONVSTENCIL_SCHEME_BLOCK for a pass shape ("default": unset, the
+    engine's choice; "off": one-step passes; ROWSxSTEPS)."""
+    if block == "default":
+        os.environ.pop("CONVSTENCIL_SCHEME_BLOCK", None)
+    else:
+        os.environ["CONVSTENCIL_SCHEME_BLOCK"] = block
+
+
+def bench(cp, ndi, name, sizes, steps, repeat, tiles, blocks, prov, floor):
     scheme = Scheme(name)
     shape = sizes[scheme.ndim]
     points = int(np.prod(shape))
@@ -269,8 +278,11 @@ def bench(cp, ndi, name, sizes, steps, repeat, tiles, prov, floor):
                   for a, b in zip(ours, theirs))
         del ours, theirs
 
-        for tile in tiles:
+        variants = [(t, "default") for t in tiles]
+        variants += [(DEFAULT[0], b) for b in blocks if b != "default"]
+        for tile, block in variants:
             set_tile(tile)
+            set_block(block)
             work = [f.copy() for f in fields]
             info = {}
 
@@ -279,16 +291,20 @@ def bench(cp, ndi, name, sizes, steps, repeat, tiles, prov, floor):
             secs = event_median(cp, stream, run_ours, repeat)
             rate = points * steps / secs / 1e9
             rec = dict(base, system="convstencil-scheme", tile=tile,
-                       kernel=DEFAULT[1], path=info.get("path"),
+                       block=block, kernel=DEFAULT[1],
+                       path=info.get("path"),
+                       fused_depth=info.get("fused_depth"),
                        device_seconds=secs, gstencils_per_s=rate,
                        gbytes_per_s=rate * scheme.bytes,
                        rel_error_vs_cupy=err)
             rec.update(prov)
             records.append(rec)
-            print("%-16s %-18s %-11s %8.1f G/s %7.0f GB/s" % (
-                name, "convstencil-scheme", tile, rate,
-                rate * scheme.bytes), flush=True)
+            print("%-16s %-18s %-11s %-6s %-15s %8.1f G/s %7.0f GB/s" % (
+                name, "convstencil-scheme", tile, block,
+                "%s/%s" % (info.get("path"), info.get("fused_depth")),
+                rate, rate * scheme.bytes), flush=True)
             del work
+        set_block("default")
         set_tile(DEFAULT[0])
 
         public = public_scheme(name)
@@ -354,7 +370,8 @@ def markdown(records, prov, steps, repeat):
     for name, rs in by.items():
         ours = [r for r in rs if r["system"] == "convstencil-scheme"]
         main = next(r for r in ours
-                    if (r["tile"], r.get("kernel", "r4u1")) == DEFAULT)
+                    if (r["tile"], r.get("kernel", "r4u1")) == DEFAULT
+                    and r.get("block", "default") == "default")
         cupy = next(r for r in rs if r["system"] == "cupy-scheme")
         api = next((r for r in rs
                     if r["system"] == "convstencil-scheme-api"), None)
@@ -375,16 +392,22 @@ def markdown(records, prov, steps, repeat):
     lines += ["", "Copy floor (a device-to-device copy, bytes read and "
               "written): %.0f GB/s." % floor]
     if variants:
-        lines += ["", "The summary is tile layout %s, kernel %s; the others "
+        lines += ["", "The summary is tile layout %s, kernel %s and the "
+                  "engine's choice of pass; the others "
                   "(CONVSTENCIL_SCHEME_TILE; kernel rN: N points a "
-                  "thread, uM: M taps at a time), for measuring:" % DEFAULT,
+                  "thread, uM: M taps at a time; CONVSTENCIL_SCHEME_BLOCK: "
+                  "off = one-step passes, RxS = blocked passes of R rows "
+                  "and S steps), for measuring:" % DEFAULT,
                   "",
-                  "| preset | tile | kernel | convstencil-scheme | GB/s |",
-                  "|---|---|---|---|---|"]
+                  "| preset | tile | kernel | block | path/depth | "
+                  "convstencil-scheme | GB/s |",
+                  "|---|---|---|---|---|---|---|"]
         for name, r in variants:
-            lines.append("| %s | %s | %s | %.1f | %.0f |" % (
+            lines.append("| %s | %s | %s | %s | %s/%s | %.1f | %.0f |" % (
                 name, r["tile"], r.get("kernel", "r4u1"),
-                r["gstencils_per_s"], r["gbytes_per_s"]))
+                r.get("block", "default"), r.get("path"),
+                r.get("fused_depth"), r["gstencils_per_s"],
+                r["gbytes_per_s"]))
     return "\n".join(lines) + "\n"
 
 
@@ -396,6 +419,10 @@ def main():
     parser.add_argument("--tiles", default="default",
                         help="comma-separated tile layouts to time "
                              "(default, interleaved, wide, planes)")
+    parser.add_argument("--blocks", default="default",
+                        help="comma-separated pass shapes to time besides "
+                             "the engine's choice (CONVSTENCIL_SCHEME_BLOCK: "
+                             "off, or ROWSxSTEPS such as 64x8)")
     parser.add_argument("--quick", action="store_true",
                         help="small grids: a smoke check, not figures")
     parser.add_argument("--save", default="",
@@ -406,6 +433,7 @@ def main():
 
     sizes = QUICK_SIZES if args.quick else SIZES
     tiles = [t for t in args.tiles.split(",") if t]
+    blocks = [b for b in args.blocks.split(",") if b]
     if DEFAULT[0] not in tiles:
         tiles.insert(0, DEFAULT[0])
     prov = common.provenance(common.device_name())
@@ -414,7 +442,7 @@ def main():
     records = []
     for name in args.presets.split(","):
         records += bench(cp, ndi, name, sizes, args.steps, args.repeat,
-                         tiles, prov, floor)
+                         tiles, blocks, prov, floor)
     text = markdown(records, prov, args.steps, args.repeat)
     print(text)
     if args.save:

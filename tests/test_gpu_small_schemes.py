@@ -141,3 +141,111 @@ def test_mixed_kinds_are_refused(rng):
     with pytest.raises(TypeError, match="host array"):
         cs.apply((device_array(host), device_array(host)), wave(2),
                  params={"c2": host})
+
+
+# ---------------------------------------------------------------------------
+# blocked passes (scheme_tb.cu): several steps of a 2D scheme per pass
+# ---------------------------------------------------------------------------
+
+def yee_2d():
+    # two stages, one-sided differences along both axes, a parameter
+    h, e = cs.fields("h e")
+    c = cs.param("c")
+    dx = cs.Stencil(weights=[[0.0, -1.0, 1.0]])
+    dxb = cs.Stencil(weights=[[-1.0, 1.0, 0.0]])
+    dy = cs.Stencil(weights=[[0.0], [-1.0], [1.0]])
+    return cs.Scheme([{h: h + c * dx(e) - 0.2 * dy(e)},
+                      {e: e + c * dxb(h)}])
+
+
+def three_fields_box():
+    # a wide stencil, three fields, a field no stage updates, a monomial
+    # of three fields, a source (a parameter alone)
+    a, b, k = cs.fields("a b k")
+    s = cs.param("s")
+    B = cs.Stencil("box2d49p")
+    return cs.Scheme({a: 0.5 * B(a) + 0.25 * b - 0.1 * a * b * k + s,
+                      b: 0.9 * b + 0.05 * cs.laplacian(2)(a)})
+
+
+BLOCK_SCHEMES = {
+    "gray-scott": (gray_scott, ()),
+    "wave": (wave, ("c2",)),
+    "yee": (lambda ndim, mode="constant": yee_2d(), ("c",)),
+    "box-3-fields": (lambda ndim, mode="constant": three_fields_box(),
+                     ("s",)),
+}
+
+
+@pytest.mark.parametrize("block", ["32x3", "64x5", "default"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(BLOCK_SCHEMES))
+def test_blocked_passes_every_mode(rng, monkeypatch, name, mode, block):
+    # grids smaller than a region, odd, and longer than several tiles;
+    # step counts that are no multiple of a pass
+    if block != "default":
+        monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", block)
+    make, pnames = BLOCK_SCHEMES[name]
+    scheme = make(2)
+    for shape, steps in [((3, 5), 4), ((23, 41), 7), ((70, 131), 11)]:
+        hosts = tuple(rng.uniform(0.0, 1.0, shape) for _ in scheme.fields)
+        params = {p: rng.uniform(0.0, 0.3, shape) for p in pnames}
+        grids = tuple(device_array(h) for h in hosts)
+        out = cs.apply(grids, scheme, steps=steps, mode=mode, cval=0.4,
+                       params={p: device_array(v)
+                               for p, v in params.items()})
+        info = cs.last_run_info()
+        what = dict(scheme=name, mode=mode, block=block, shape=shape,
+                    steps=steps, path=info["path"])
+        check(out, reference.scheme_apply(hosts, scheme, steps, params,
+                                          mode=mode, cval=0.4), what)
+        for g, h in zip(grids, hosts):
+            np.testing.assert_array_equal(g.get(), h)  # ins never written
+        if block != "default":
+            assert info["path"] == "scheme-blocked", what
+
+
+def test_blocked_passes_agree_with_one_step_passes(rng, monkeypatch):
+    # the same sums in the same order: the two GPU paths agree bit for
+    # bit, NaN and infinities included
+    hosts = [rng.uniform(0.5, 1.0, (40, 70)), rng.uniform(0.0, 0.3, (40, 70))]
+    hosts[0][5, 7] = np.nan
+    hosts[1][30, 60] = np.inf
+    results = {}
+    for block in ["off", "64x4", "32x2"]:
+        monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", block)
+        out = cs.apply(tuple(device_array(h) for h in hosts),
+                       gray_scott(2), steps=9, mode="reflect")
+        results[block] = [o.get() for o in out]
+        assert cs.last_run_info()["path"] == (
+            "scheme" if block == "off" else "scheme-blocked")
+    for block in ["64x4", "32x2"]:
+        for got, want in zip(results[block], results["off"]):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("outs", ["in place", "swapped", "fresh"])
+def test_blocked_passes_out(rng, monkeypatch, outs):
+    # outs that are the ins, the ins swapped, or new arrays; even and odd
+    # pass counts (the passes alternate between the outs and scratch)
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "32x2")
+    shape = (30, 50)
+    c2 = rng.uniform(0.0, 0.2, shape)
+    for steps in (2, 3, 4, 6, 7):
+        hosts = (rng.uniform(0.5, 1.0, shape), rng.uniform(0.0, 0.3, shape))
+        ref = reference.scheme_apply(hosts, wave(2), steps, {"c2": c2})
+        u, up = (device_array(h) for h in hosts)
+        out = {"in place": (u, up), "swapped": (up, u),
+               "fresh": (cs.DeviceArray(shape), cs.DeviceArray(shape))}[outs]
+        got = cs.apply((u, up), wave(2), steps=steps, out=out,
+                       params={"c2": device_array(c2)})
+        assert got[0] is out[0] and got[1] is out[1]
+        assert cs.last_run_info()["path"] == "scheme-blocked"
+        check(got, ref, dict(outs=outs, steps=steps))
+
+
+def test_blocked_pass_setting_is_checked(rng, monkeypatch):
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "48x3")
+    grids = tuple(device_array(rng.uniform(0, 1, (8, 9))) for _ in range(2))
+    with pytest.raises(ValueError, match="CONVSTENCIL_SCHEME_BLOCK"):
+        cs.apply(grids, gray_scott(2), steps=4)

@@ -51,6 +51,8 @@
  */
 #include "engine.cuh"
 #include "../scheme.h"
+#include "scheme_plan.cuh"
+#include "scheme_tb.cuh"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -80,25 +82,6 @@
 /* ------------------------------------------------------------------------
  * kernel
  * --------------------------------------------------------------------- */
-
-/* A term, as the kernel reads it. */
-typedef struct sch_term {
-    double coef;
-    int kind;       /* CS_TERM_STENCIL or CS_TERM_MONOMIAL */
-    int param;      /* the parameter field, -1: none */
-    int field;      /* stencil: the field correlated */
-    int tap0;       /* stencil: its taps, [tap0, tap0 + ntaps) */
-    int ntaps;
-    unsigned pow;   /* monomial: 4 bits of power per pointwise slot */
-} sch_term;
-
-/* An output of a launch: a sum of terms, or a copy of a pointwise slot
-   (a rename the last stage writes). */
-typedef struct sch_out {
-    int first_term;
-    int term_count;
-    int copy;       /* the slot copied, or -1: the sum */
-} sch_out;
 
 template <int TAPS, int TERMS>
 struct sch_params {
@@ -373,22 +356,6 @@ scheme_stage_kernel(const SCH_GRID_CONSTANT sch_params<TAPS, TERMS> p)
  * the plan of a stage (host): its terms and taps, built once
  * --------------------------------------------------------------------- */
 
-typedef struct sch_stage_plan {
-    int count;                         /* its updates */
-    int target[CS_SCHEME_MAX_FIELDS];  /* per update: the field it sets */
-    int rename[CS_SCHEME_MAX_FIELDS];  /* per update: the field it copies
-                                          (a rename), or -1 (a sum) */
-    unsigned targets, stencil_read;    /* a bit per field */
-    sch_out out[CS_SCHEME_MAX_FIELDS]; /* per update: a sum's terms */
-    int npw;                           /* pointwise slots of its sums */
-    int pw_field[CS_SCHEME_MAX_FIELDS];
-    int r[3];
-    int nterms, ntaps;
-    sch_term *terms;                   /* nterms, host memory */
-    double *tap_w;                     /* ntaps each */
-    ptrdiff_t *tap_off;
-    int (*tap_d)[3];
-} sch_stage_plan;
 
 /* The geometry every launch of a call shares. */
 typedef struct sch_geom {
@@ -998,6 +965,266 @@ choose_order(const sch_buffers *B, const sch_state *init,
 }
 
 /* ------------------------------------------------------------------------
+ * temporally blocked passes (scheme_tb.cu): the schedule and the choice
+ * --------------------------------------------------------------------- */
+
+/* Rates of the pass model (H100 class): DRAM, L2 (a halo read again by
+   the neighbouring block), and the shared-memory accesses of a stage as
+   the blocked kernel runs them, bytes a second.  The last is what the
+   kernel achieves, not the hardware's 30 TB/s: its stages interpret the
+   scheme's tables and are bound by instructions (Nsight Compute: SM
+   throughput 76%, memory 51%, DRAM 14% for a 2D wave in 64 x 4 passes),
+   and it is calibrated so that the model prices the measured passes of
+   benchmarks/results/h100_schemes_blocked.md (one-step passes win every
+   preset there). */
+#define SCH_TB_DRAM 3.0e12
+#define SCH_TB_L2 7.0e12
+#define SCH_TB_SMEM 7.5e12
+
+/*
+ * The slots of a pass of k steps in regions of `rows` rows: the stages
+ * followed through assign_stage, shared-memory slots as buffers (slot f
+ * holds field f as the pass begins; each field's "out" is its own slot),
+ * in the buffer order that needs the fewest slots.  -1 when a stage
+ * finds none (never) or the pass is too long for the schedule.
+ */
+static int
+tb_schedule_make(const sch_stage_plan *plans, int stages, int K, int k,
+                 int rows, sch_tb_schedule *sc)
+{
+    if (k < 1 || k * stages > SCH_TB_INSTANCES) {
+        return -1;
+    }
+    sch_buffers B;
+    memset(&B, 0, sizeof(B));
+    B.fields = K;
+    B.count = K;
+    for (int b = 0; b < SCH_MAX_BUFFERS; b++) {
+        B.writable[b] = 1;
+    }
+    for (int f = 0; f < K; f++) {
+        B.out[f] = f;
+    }
+    int best_slots = -1;
+    for (int order = 0; order < SCH_ORDERS; order++) {
+        sch_tb_schedule cand;
+        memset(&cand, 0, sizeof(cand));
+        sch_state st;
+        memset(&st, 0, sizeof(st));
+        for (int f = 0; f < K; f++) {
+            st.cur[f] = f;
+        }
+        int ok = 1;
+        for (int i = 0; i < k * stages && ok; i++) {
+            const sch_stage_plan *sp = &plans[i % stages];
+            sch_assign a;
+            if (assign_stage(&B, &st, sp, 0, order, &a) < 0) {
+                ok = 0;
+                break;
+            }
+            for (int f = 0; f < K; f++) {
+                cand.from[i][f] = (unsigned char)a.from[f];
+            }
+            for (int j = 0; j < sp->count; j++) {
+                cand.dst[i][j] =
+                    (signed char)(a.how[j] == SCH_RENAME ? -1 : a.dst[j]);
+            }
+        }
+        if (!ok) {
+            continue;
+        }
+        for (int f = 0; f < K; f++) {
+            cand.from[k * stages][f] = (unsigned char)st.cur[f];
+        }
+        cand.slots = K + st.scratch;
+        if (best_slots < 0 || cand.slots < best_slots) {
+            best_slots = cand.slots;
+            *sc = cand;
+        }
+    }
+    if (best_slots < 0) {
+        return -1;
+    }
+    sc->steps = k;
+    sc->rows = rows;
+    sc->halo[0] = sc->halo[1] = 0;
+    for (int g = 0; g < stages; g++) {
+        sc->halo[0] += k * plans[g].r[1];
+        sc->halo[1] += k * plans[g].r[2];
+    }
+    return 0;
+}
+
+/* The work of one cell of stage sp, in shared-memory accesses: each
+   sum's taps, factors and parameters, and its write. */
+static double
+stage_accesses(const sch_stage_plan *sp)
+{
+    double n = 0.0;
+    for (int t = 0; t < sp->nterms; t++) {
+        const sch_term *term = &sp->terms[t];
+        if (term->kind == CS_TERM_STENCIL) {
+            n += term->ntaps;
+        } else {
+            for (int j = 0; j < sp->npw; j++) {
+                n += (double)((term->pow >> (4 * j)) & 15u);
+            }
+        }
+        n += term->param >= 0;
+    }
+    for (int j = 0; j < sp->count; j++) {
+        n += sp->rename[j] < 0;
+    }
+    return n;
+}
+
+/* Seconds a grid point and step of the one-step passes: every array a
+   stage reads and writes, once, from DRAM. */
+static double
+onestep_cost(const sch_stage_plan *plans, int stages)
+{
+    double bytes = 0.0;
+    for (int g = 0; g < stages; g++) {
+        const sch_stage_plan *sp = &plans[g];
+        unsigned read = sp->stencil_read, params = 0;
+        for (int j = 0; j < sp->npw; j++) {
+            read |= 1u << sp->pw_field[j];
+        }
+        for (int t = 0; t < sp->nterms; t++) {
+            if (sp->terms[t].param >= 0) {
+                params |= 1u << sp->terms[t].param;
+            }
+        }
+        int writes = 0;
+        for (int j = 0; j < sp->count; j++) {
+            writes += sp->rename[j] < 0;
+        }
+        bytes += 8.0 * (__builtin_popcount(read) + __builtin_popcount(params)
+                        + writes);
+    }
+    return bytes / SCH_TB_DRAM;
+}
+
+/* Seconds a grid point and step of passes scheduled as sc, K fields
+   (`updated` of them written) and `nparams` parameter fields: the load
+   of every region (the tile from DRAM, the halo again from L2) and the
+   write of the tile, or the shared-memory traffic of the stages,
+   whichever is longer; half as much again where only one block fits an
+   SM (its load, stages and write do not overlap another's). */
+static double
+tb_cost(const cs_cuda_ctx *ctx, const sch_stage_plan *plans, int stages,
+        int K, int nparams, int updated, const sch_tb_schedule *sc)
+{
+    const double rows = sc->rows, cols = SCH_TB_COLUMNS;
+    const double tile = (rows - 2 * sc->halo[0]) * (cols - 2 * sc->halo[1]);
+    const double region = rows * cols;
+    const double mem = 8.0 * (K + nparams) * tile / SCH_TB_DRAM
+                       + 8.0 * (K + nparams) * (region - tile) / SCH_TB_L2
+                       + 8.0 * updated * tile / SCH_TB_DRAM;
+    double smem = 0.0;
+    int spent[2] = {0, 0};
+    for (int i = 0; i < sc->steps * stages; i++) {
+        const sch_stage_plan *sp = &plans[i % stages];
+        spent[0] += sp->r[1];
+        spent[1] += sp->r[2];
+        smem += (rows - 2 * spent[0]) * (cols - 2 * spent[1]) * 8.0
+                * stage_accesses(sp) / SCH_TB_SMEM;
+    }
+    const size_t bytes = sch_tb_smem(sc, nparams);
+    const size_t per_sm = (size_t)ctx->smem_optin + 1024;
+    const double lone = per_sm / (bytes + 1024) < 2 ? 1.5 : 1.0;
+    return lone * (mem > smem ? mem : smem) / ((double)sc->steps * tile);
+}
+
+/*
+ * Blocked passes for this call, if they pay: sc gets the schedule with
+ * the rows and steps a pass that the model prices lowest, and 1 is
+ * returned; 0 keeps the one-step passes.  CONVSTENCIL_SCHEME_BLOCK, for
+ * measuring: "off", or "ROWSxSTEPS" (32 or 64 rows) to force that pass
+ * wherever it fits (steps beyond the call's are cut to them).
+ * Only 2D grids; no stage with more than 8 updates or a stencil across
+ * planes; at most 4 stages; no out that is the in of a field no stage
+ * updates (the final copies would clobber it).
+ */
+static cs_status
+tb_choose(cs_cuda_ctx *ctx, const cs_scheme *s, const sch_stage_plan *plans,
+          double *const *in, double *const *out, const ptrdiff_t shape[3],
+          long steps, sch_tb_schedule *sc, int *use)
+{
+    *use = 0;
+    const char *env = getenv("CONVSTENCIL_SCHEME_BLOCK");
+    int force_rows = 0, force_k = 0;
+    if (env != NULL && env[0] != '\0') {
+        if (strcmp(env, "off") == 0) {
+            return CS_OK;
+        }
+        char tail = 0;
+        if (sscanf(env, "%dx%d%c", &force_rows, &force_k, &tail) != 2
+            || (force_rows != 32 && force_rows != 64) || force_k < 1) {
+            cs_cuda_message(ctx, "CONVSTENCIL_SCHEME_BLOCK must be off or "
+                                 "ROWSxSTEPS (ROWS 32 or 64), not \"%s\"",
+                            env);
+            return CS_ERR_INVALID;
+        }
+    }
+    const int K = s->field_count;
+    unsigned updated = 0;
+    for (int g = 0; g < s->stage_count; g++) {
+        updated |= plans[g].targets;
+    }
+    if (shape[0] != 1 || shape[1] < 2 || steps < 2
+        || !sch_tb_fits(plans, s->stage_count)) {
+        return CS_OK;
+    }
+    for (int g = 0; g < K; g++) {
+        for (int f = 0; f < K && !((updated >> g) & 1u); f++) {
+            if (f != g && out[f] == in[g]) {
+                return CS_OK;
+            }
+        }
+    }
+    double best = 0.0;
+    for (int rows = 32; rows <= 64; rows *= 2) {
+        for (int k = 1; k <= 16 && k <= steps; k++) {
+            const int want_k = force_k < steps ? force_k : (int)steps;
+            if (force_rows != 0 && (rows != force_rows || k != want_k)) {
+                continue;
+            }
+            sch_tb_schedule cand;
+            if (tb_schedule_make(plans, s->stage_count, K, k, rows, &cand)
+                < 0) {
+                continue;
+            }
+            const int tile_rows = rows - 2 * cand.halo[0];
+            const int tile_cols = SCH_TB_COLUMNS - 2 * cand.halo[1];
+            if (tile_rows < 8 || tile_cols < 16
+                || CEIL_DIV(shape[1], (ptrdiff_t)tile_rows) > SCH_GRID_YZ
+                || sch_tb_smem(&cand, s->param_count)
+                       > (size_t)ctx->smem_optin) {
+                continue;
+            }
+            const double c = tb_cost(ctx, plans, s->stage_count, K,
+                                     s->param_count,
+                                     __builtin_popcount(updated), &cand);
+            if (*use == 0 || c < best) {
+                best = c;
+                *sc = cand;
+                *use = 1;
+            }
+        }
+    }
+    if (force_rows != 0) {
+        return CS_OK; /* forced where it fits, one-step passes elsewhere */
+    }
+    /* one step a pass is the one-step passes, with more halo */
+    if (*use && (sc->steps < 2
+                 || best > 0.9 * onestep_cost(plans, s->stage_count))) {
+        *use = 0;
+    }
+    return CS_OK;
+}
+
+/* ------------------------------------------------------------------------
  * launcher
  * --------------------------------------------------------------------- */
 
@@ -1275,6 +1502,168 @@ launch(cs_cuda_ctx *ctx, const sch_geom *g, const sch_stage_plan *sp,
         ctx, g, sp, a, B, params, s->param_count, mode, cval);
 }
 
+/* Where a field's values are between blocked passes: the caller's
+   array, or scratch set 0 or 1. */
+typedef struct tb_place {
+    int set; /* -1: the caller's array `ptr` */
+    double *ptr;
+} tb_place;
+
+/*
+ * The destination of each updated field in pass i of `passes`: its out
+ * in the passes whose parity ends the run there, when no field is read
+ * from it in the pass; else the scratch set of the pass's parity (never
+ * the one the pass reads).  *sets gets the scratch sets used.
+ */
+static void
+tb_destinations(int K, unsigned updated, double *const *out,
+                const tb_place *cur, long i, long passes, tb_place *dst,
+                int *sets)
+{
+    for (int f = 0; f < K; f++) {
+        dst[f].set = -1;
+        dst[f].ptr = NULL;
+        if (!((updated >> f) & 1u)) {
+            continue;
+        }
+        int busy = 0;
+        for (int g = 0; g < K; g++) {
+            busy |= cur[g].set < 0 && cur[g].ptr == out[f];
+        }
+        if ((passes - 1 - i) % 2 == 0 && !busy) {
+            dst[f].ptr = out[f];
+        } else {
+            dst[f].set = (int)(i % 2);
+            *sets |= 1 << dst[f].set;
+        }
+    }
+}
+
+/* The blocked passes of a call, then the copies into the outs. */
+static cs_status
+run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
+            double *const *in, double *const *out,
+            const double *const *params, const ptrdiff_t shape[3],
+            cs_mode mode, double cval, long steps, uintptr_t stream,
+            cs_run_info *info, const sch_tb_schedule *sc)
+{
+    const int K = s->field_count;
+    unsigned updated = 0;
+    for (int g = 0; g < s->stage_count; g++) {
+        updated |= run->plans[g].targets;
+    }
+    const long passes = CEIL_DIV(steps, (long)sc->steps);
+    tb_place cur[CS_SCHEME_MAX_FIELDS], dst[CS_SCHEME_MAX_FIELDS];
+    int sets = 0;
+    for (int f = 0; f < K; f++) {
+        cur[f] = (tb_place){-1, in[f]};
+    }
+    for (long i = 0; i < passes; i++) { /* which scratch sets, first */
+        tb_destinations(K, updated, out, cur, i, passes, dst, &sets);
+        for (int f = 0; f < K; f++) {
+            cur[f] = (updated >> f) & 1u ? dst[f] : cur[f];
+        }
+    }
+    const cs_cuda_streams streams = {{stream == 0 ? (uintptr_t)1 : 0, 0},
+                                     stream};
+    int timed = 1;
+    CS_TRY(cs_engine_begin(ctx, &run->apply, &streams, &timed));
+    const size_t count = (size_t)(shape[0] * shape[1] * shape[2]);
+    const size_t stride = CEIL_DIV(count * sizeof(double), (size_t)256) * 256;
+    double *scratch[2] = {NULL, NULL};
+    if (sets != 0) {
+        const size_t nsets = (size_t)__builtin_popcount((unsigned)sets);
+        CS_TRY(cs_block_take(ctx, nsets * (size_t)K * stride,
+                             "a scheme's scratch fields", &run->apply.block));
+        if (ctx->poison_memory) {
+            CS_CUDA_CHECK(ctx,
+                          cudaMemsetAsync(run->apply.block->ptr, 0xff,
+                                          nsets * (size_t)K * stride,
+                                          ctx->stream),
+                          "cudaMemsetAsync (poison device memory)");
+        }
+        char *base = run->apply.block->ptr;
+        for (int k = 0; k < 2; k++) {
+            if ((sets >> k) & 1) {
+                scratch[k] = (double *)base;
+                base += (size_t)K * stride;
+            }
+        }
+    }
+    if (timed) {
+        CS_CUDA_CHECK(ctx, cudaEventRecord(run->apply.lane->loop_start,
+                                           ctx->stream),
+                      "cudaEventRecord (scheme start)");
+    }
+    const sch_tb_call call = {run->plans, s->stage_count, K, s->param_count,
+                              params, {shape[1], shape[2]}, mode, cval};
+    for (int f = 0; f < K; f++) {
+        cur[f] = (tb_place){-1, in[f]};
+    }
+    for (long i = 0; i < passes; i++) {
+        CS_TRY(cs_cuda_check_interrupt(ctx, i * sc->steps));
+        int unused = 0;
+        tb_destinations(K, updated, out, cur, i, passes, dst, &unused);
+        const double *src_ptr[CS_SCHEME_MAX_FIELDS];
+        double *dst_ptr[CS_SCHEME_MAX_FIELDS];
+        for (int f = 0; f < K; f++) {
+            for (int pass_end = 0; pass_end < 2; pass_end++) {
+                tb_place *pl = pass_end ? &dst[f] : &cur[f];
+                if (pl->set >= 0) {
+                    pl->ptr = (double *)((char *)scratch[pl->set]
+                                         + (size_t)f * stride);
+                }
+            }
+            src_ptr[f] = cur[f].ptr;
+            dst_ptr[f] = (updated >> f) & 1u ? dst[f].ptr : NULL;
+        }
+        const long left = steps - i * sc->steps;
+        CS_TRY(sch_tb_pass(ctx, &call, sc, src_ptr, dst_ptr,
+                           (int)(left < sc->steps ? left : sc->steps)));
+        for (int f = 0; f < K; f++) {
+            cur[f] = (updated >> f) & 1u ? dst[f] : cur[f];
+        }
+    }
+    /* fields no stage updates first: their ins are no other field's out
+       (tb_choose), and the updated fields' values are apart from them */
+    for (int pass_updated = 0; pass_updated < 2; pass_updated++) {
+        for (int f = 0; f < K; f++) {
+            if ((int)((updated >> f) & 1u) != pass_updated
+                || cur[f].ptr == out[f]) {
+                continue;
+            }
+            CS_CUDA_CHECK(ctx,
+                          cudaMemcpyAsync(out[f], cur[f].ptr,
+                                          count * sizeof(double),
+                                          cudaMemcpyDeviceToDevice,
+                                          ctx->stream),
+                          "cudaMemcpyAsync (a field into its out)");
+        }
+    }
+    if (info != NULL) {
+        info->path = "scheme-blocked";
+        info->fused_depth = sc->steps;
+        info->fused_passes = passes;
+        info->unfused_steps = 0;
+    }
+    if (timed) {
+        CS_CUDA_CHECK(ctx, cudaEventRecord(run->apply.lane->loop_stop,
+                                           ctx->stream),
+                      "cudaEventRecord (scheme end)");
+        CS_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream),
+                      "cudaStreamSynchronize (end of the scheme)");
+        float ms = 0.0f;
+        CS_CUDA_CHECK(ctx,
+                      cudaEventElapsedTime(&ms, run->apply.lane->loop_start,
+                                           run->apply.lane->loop_stop),
+                      "cudaEventElapsedTime (scheme)");
+        if (info != NULL) {
+            info->device_seconds = 1e-3 * (double)ms;
+        }
+    }
+    return CS_OK;
+}
+
 /* Plan, take a lane and the scratch arrays, run the steps, copy what is
    not in its out. */
 static cs_status
@@ -1298,6 +1687,14 @@ run_scheme(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
     for (int gi = 0; gi < s->stage_count; gi++) {
         run->stages = gi + 1;
         CS_TRY(stage_plan_make(ctx, s, gi, &g, run->tap0, &run->plans[gi]));
+    }
+    sch_tb_schedule sc;
+    int blocked = 0;
+    CS_TRY(tb_choose(ctx, s, run->plans, in, out, shape, steps, &sc,
+                     &blocked));
+    if (blocked) {
+        return run_blocked(ctx, run, s, in, out, params, shape, mode, cval,
+                           steps, stream, info, &sc);
     }
     sch_buffers B;
     sch_state st;
