@@ -17,7 +17,10 @@ Environment:
   CONVSTENCIL_MARCH=...  -march for the C engine (default "native": the
                          package is built where it runs; set "x86-64-v3" or
                          similar for portable builds)
-  CONVSTENCIL_CUDA_ARCH  nvcc -arch value (default "sm_90")
+  CONVSTENCIL_CUDA_ARCH  the GPU architectures to compile for, a list
+                         ("sm_80,sm_90"); default: the GPUs nvidia-smi
+                         reports here, else sm_80 and sm_90; the PTX of the
+                         newest is embedded too (build_tools/cuda_arch.py)
 """
 import concurrent.futures
 import glob
@@ -69,6 +72,16 @@ def want_cuda():
                              "(set CUDA_HOME or put nvcc on PATH)")
         return None, "nvcc not found at build time"
     return nvcc, "building the CUDA engine with %s" % nvcc
+
+
+def load_cuda_arch():
+    """build_tools/cuda_arch.py as a module: the choice of GPU
+    architectures (tests/test_cuda_arch.py checks it)."""
+    path = os.path.join(ROOT, "build_tools", "cuda_arch.py")
+    spec = importlib.util.spec_from_file_location("cuda_arch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_emu_build():
@@ -126,7 +139,15 @@ class BuildExtWithCuda(build_ext):
         ext.extra_objects = list(ext.extra_objects or []) + objects
 
     def _compile_cuda(self, ext, nvcc):
-        arch = os.environ.get("CONVSTENCIL_CUDA_ARCH", "sm_90")
+        cuda_arch = load_cuda_arch()
+        try:
+            archs, why = cuda_arch.choose()
+        except ValueError as e:
+            raise SystemExit(str(e))
+        arch_flags = cuda_arch.nvcc_flags(archs)
+        arch = "+".join("sm_" + a for a in archs)
+        print("convstencil: CUDA architectures %s (%s), and the PTX of "
+              "sm_%s for newer GPUs" % (arch, why, archs[-1]), flush=True)
         build_dir = os.path.join(self.build_temp, "cuda")
         os.makedirs(build_dir, exist_ok=True)
         headers = (glob.glob(os.path.join(ROOT, "csrc", "*.h"))
@@ -137,8 +158,8 @@ class BuildExtWithCuda(build_ext):
                                                     "*.cu"))):
             obj = os.path.join(build_dir,
                                os.path.basename(source)[:-3] + ".o")
-            commands.append([nvcc, "-std=c++17", "-O3", "-arch=" + arch,
-                             "-Xcompiler", "-fPIC",
+            commands.append([nvcc, "-std=c++17", "-O3"] + arch_flags
+                            + ["-Xcompiler", "-fPIC",
                              "-I" + os.path.join(ROOT, "csrc"),
                              "-c", source, "-o", obj])
         # an object newer than its source and every header, made by the
@@ -147,7 +168,7 @@ class BuildExtWithCuda(build_ext):
         stale = [cmd for cmd in commands
                  if not _up_to_date(cmd, [cmd[-3]] + headers)]
         print("convstencil: compiling %d of %d CUDA files with nvcc "
-              "(-arch=%s), %d at a time; the rest are up to date"
+              "(%s), %d at a time; the rest are up to date"
               % (len(stale), len(commands), arch,
                  max(1, min(len(stale), os.cpu_count() or 1))), flush=True)
         # one nvcc per core: the files are independent

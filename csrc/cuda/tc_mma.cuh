@@ -19,6 +19,10 @@ cs_dmma_16x8x4(double (&d)[4], double a0, double a1, double b0)
 #if defined(CS_CUDA_EMULATION)
     /* the CPU harness that checks these kernels supplies the warp MMA */
     cs_emu_dmma_16x8x4(d, a0, a1, b0);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    /* an image for an older GPU (sm_80) has no FP64 m16n8k4: the planner
+       never picks the tensor-core path there (plan.c, choose_path) */
+    __trap();
 #else
     asm volatile(
         "mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 "
