@@ -968,18 +968,21 @@ choose_order(const sch_buffers *B, const sch_state *init,
  * temporally blocked passes (scheme_tb.cu): the schedule and the choice
  * --------------------------------------------------------------------- */
 
-/* Rates of the pass model (H100 class): DRAM, L2 (a halo read again by
-   the neighbouring block), and the shared-memory accesses of a stage as
-   the blocked kernel runs them, bytes a second.  The last is what the
-   kernel achieves, not the hardware's 30 TB/s: its stages interpret the
-   scheme's tables and are bound by instructions (Nsight Compute: SM
-   throughput 76%, memory 51%, DRAM 14% for a 2D wave in 64 x 4 passes),
-   and it is calibrated so that the model prices the measured passes of
-   benchmarks/results/h100_schemes_blocked.md (one-step passes win every
-   preset there). */
+/* The pass model (H100 class): rates of DRAM, of L2 (a halo read again
+   by the neighbouring block), and of the blocked kernel's work in shared
+   memory (a stage's taps, factors, parameters and writes, as bytes).
+   The last is what the kernel reaches, not the hardware's 30 TB/s: its
+   stages interpret the scheme's tables and are bound by instructions
+   (Nsight Compute, first version: SM throughput 76%, DRAM 14%).  A pass
+   costs its work plus SCH_TB_OVERLAP of its memory time (the two overlap
+   in part), a third more work where one block fills an SM.  Fitted to
+   the H100's blocked passes (benchmarks/results/h100_schemes_blocked.md:
+   18 shapes of 3 presets within 15%). */
 #define SCH_TB_DRAM 3.0e12
 #define SCH_TB_L2 7.0e12
-#define SCH_TB_SMEM 7.5e12
+#define SCH_TB_SMEM 15.5e12
+#define SCH_TB_OVERLAP 0.78
+#define SCH_TB_LONE 1.3
 
 /*
  * The slots of a pass of k steps in regions of `rows` rows: the stages
@@ -1106,11 +1109,10 @@ onestep_cost(const sch_stage_plan *plans, int stages)
 }
 
 /* Seconds a grid point and step of passes scheduled as sc, K fields
-   (`updated` of them written) and `nparams` parameter fields: the load
-   of every region (the tile from DRAM, the halo again from L2) and the
-   write of the tile, or the shared-memory traffic of the stages,
-   whichever is longer; half as much again where only one block fits an
-   SM (its load, stages and write do not overlap another's). */
+   (`updated` of them written) and `nparams` parameter fields: the work
+   of the stages in shared memory, and the load of every region (the
+   tile from DRAM, the halo again from L2) and the write of the tile in
+   part (the pass model above). */
 static double
 tb_cost(const cs_cuda_ctx *ctx, const sch_stage_plan *plans, int stages,
         int K, int nparams, int updated, const sch_tb_schedule *sc)
@@ -1132,8 +1134,9 @@ tb_cost(const cs_cuda_ctx *ctx, const sch_stage_plan *plans, int stages,
     }
     const size_t bytes = sch_tb_smem(sc, nparams);
     const size_t per_sm = (size_t)ctx->smem_optin + 1024;
-    const double lone = per_sm / (bytes + 1024) < 2 ? 1.5 : 1.0;
-    return lone * (mem > smem ? mem : smem) / ((double)sc->steps * tile);
+    const double lone = per_sm / (bytes + 1024) < 2 ? SCH_TB_LONE : 1.0;
+    return (lone * smem + SCH_TB_OVERLAP * mem)
+           / ((double)sc->steps * tile);
 }
 
 /*

@@ -118,11 +118,23 @@ tb_load(const sch_tb_params &p, double *smem, ptrdiff_t y0, ptrdiff_t x0)
     }
 }
 
+/* Cell c of a thread (0 .. cells - 1), from the thread's first cell
+   (row ty, column tx): two columns 32 apart, rows 16 apart.  A
+   compile-time constant wherever c is, so that a cell's reads are one
+   shared-memory load with an immediate offset. */
+static __device__ __forceinline__ constexpr int
+tb_cell(int c)
+{
+    return (c >> 1) * 16 * SCH_TB_COLUMNS + (c & 1) * 32;
+}
+
 /*
  * Stage g (instance `inst`) at the cells of [lo, hi) a thread holds:
  * four cells at a time, their values at the point read once, every
  * update of the four computed before any is written.  NO bounds the
- * stage's updates and its values at the point.
+ * stage's updates and its values at the point.  A cell outside [lo, hi)
+ * reads and writes nothing (its loads are predicated off): its taps may
+ * reach past the region, and its stand-ins may be written in place.
  */
 template <int ROWS, int NO>
 static __device__ __forceinline__ void
@@ -131,15 +143,13 @@ tb_stage(const sch_tb_params &p, double *smem, int g, int inst,
 {
     constexpr int AREA = ROWS * SCH_TB_COLUMNS;
     constexpr int CELLS = AREA / SCH_TB_THREADS;
-    /* a cell whose taps stay inside the region: inactive cells read it */
-    constexpr int SAFE = (ROWS / 2) * SCH_TB_COLUMNS + SCH_TB_COLUMNS / 2;
     const int tx = (int)threadIdx.x & 31;
     const int ty = (int)threadIdx.x >> 5;
+    const int first = ty * SCH_TB_COLUMNS + tx;
     const unsigned char *from = p.from[inst];
     const int count = p.count[g];
 #pragma unroll
     for (int c0 = 0; c0 < CELLS; c0 += SCH_TB_GROUP) {
-        int cell[SCH_TB_GROUP];
         bool active[SCH_TB_GROUP];
 #pragma unroll
         for (int i = 0; i < SCH_TB_GROUP; i++) {
@@ -147,19 +157,23 @@ tb_stage(const sch_tb_params &p, double *smem, int g, int inst,
             const int ly = ty + 16 * (c >> 1);
             const int lx = tx + 32 * (c & 1);
             active[i] = ly >= lo[0] && ly < hi[0] && lx >= lo[1] && lx < hi[1];
-            cell[i] = active[i] ? ly * SCH_TB_COLUMNS + lx : SAFE;
         }
+        /* the group's cells: at cell + tb_cell(c0 + i) - tb_cell(c0) */
+        const int cell = first + tb_cell(c0);
+#define SCH_TB_AT(i) (tb_cell(c0 + (i)) - tb_cell(c0))
         /* the values at the point, read once for every monomial */
         double x[NO][SCH_TB_GROUP];
 #pragma unroll
         for (int j = 0; j < NO; j++) {
+            const double *f =
+                smem + (j < p.npw[g] ? from[p.pw_field[g][j]] : 0) * AREA
+                + cell;
 #pragma unroll
             for (int i = 0; i < SCH_TB_GROUP; i++) {
-                /* an inactive cell reads none: its stand-in may be
-                   written in place by its owner meanwhile */
-                x[j][i] = j < p.npw[g] && active[i]
-                              ? smem[from[p.pw_field[g][j]] * AREA + cell[i]]
-                              : 0.0;
+                x[j][i] = 0.0;
+                if (j < p.npw[g] && active[i]) {
+                    x[j][i] = f[SCH_TB_AT(i)];
+                }
             }
         }
         double val[NO][SCH_TB_GROUP];
@@ -180,7 +194,8 @@ tb_stage(const sch_tb_params &p, double *smem, int g, int inst,
                 const sch_term &term = p.term[t];
                 double v[SCH_TB_GROUP];
                 if (term.kind == CS_TERM_STENCIL) {
-                    const double *f = smem + from[term.field] * AREA;
+                    const double *f =
+                        smem + from[term.field] * AREA + cell;
 #pragma unroll
                     for (int i = 0; i < SCH_TB_GROUP; i++) {
                         v[i] = 0.0;
@@ -189,10 +204,12 @@ tb_stage(const sch_tb_params &p, double *smem, int g, int inst,
 #pragma unroll 1
                     for (int q = q0; q < q0 + term.ntaps; q++) {
                         const double w = p.tap_w[q];
-                        const int off = p.tap_off[q];
+                        const double *fq = f + p.tap_off[q];
 #pragma unroll
                         for (int i = 0; i < SCH_TB_GROUP; i++) {
-                            v[i] += w * f[cell[i] + off];
+                            if (active[i]) {
+                                v[i] += w * fq[SCH_TB_AT(i)];
+                            }
                         }
                     }
                 } else {
@@ -212,13 +229,16 @@ tb_stage(const sch_tb_params &p, double *smem, int g, int inst,
                         }
                     }
                 }
+                /* parameter slots are never written: any cell may read */
                 const double *par =
-                    term.param >= 0 ? smem + (p.slots + term.param) * AREA
-                                    : NULL;
+                    term.param >= 0
+                        ? smem + (p.slots + term.param) * AREA + cell
+                        : NULL;
 #pragma unroll
                 for (int i = 0; i < SCH_TB_GROUP; i++) {
-                    const double c = par != NULL ? term.coef * par[cell[i]]
-                                                 : term.coef;
+                    const double c = par != NULL
+                                         ? term.coef * par[SCH_TB_AT(i)]
+                                         : term.coef;
                     acc[i] += c * v[i];
                 }
             }
@@ -236,10 +256,11 @@ tb_stage(const sch_tb_params &p, double *smem, int g, int inst,
 #pragma unroll
             for (int i = 0; i < SCH_TB_GROUP; i++) {
                 if (active[i]) {
-                    smem[slot * AREA + cell[i]] = val[j][i];
+                    smem[slot * AREA + cell + SCH_TB_AT(i)] = val[j][i];
                 }
             }
         }
+#undef SCH_TB_AT
     }
 }
 
