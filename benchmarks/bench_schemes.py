@@ -323,14 +323,22 @@ def bench(cp, ndi, name, sizes, steps, repeat, tiles, blocks, prov, floor):
                                 stream=stream)
         secs = event_median(cp, stream, run_api, repeat)
         rate = points * steps / secs / 1e9
+        # what explain() predicts for the same call (device time)
+        said = cs.explain(state[0], public, steps=steps)
         rec = dict(base, system="convstencil-scheme-api",
                    device_seconds=secs, gstencils_per_s=rate,
                    gbytes_per_s=rate * scheme.bytes,
-                   rel_error_vs_cupy=api_err)
+                   rel_error_vs_cupy=api_err, path=said.path,
+                   fused_depth=said.fused_depth,
+                   predicted_seconds=said.predicted_seconds,
+                   fraction_of_prediction=secs / said.predicted_seconds)
         rec.update(prov)
         records.append(rec)
-        print("%-16s %-18s %-11s %8.1f G/s   (rel error vs CuPy %.1e)" % (
-            name, "convstencil-scheme-api", "", rate, api_err), flush=True)
+        print("%-16s %-18s %-11s %8.1f G/s   (rel error vs CuPy %.1e; "
+              "explain(): %s depth %d, measured/predicted %.2f)" % (
+                  name, "convstencil-scheme-api", "", rate, api_err,
+                  said.path, said.fused_depth,
+                  rec["fraction_of_prediction"]), flush=True)
         del state, check
 
         cupy = CupyScheme(cp, ndi, scheme, [f.copy() for f in fields],
@@ -362,7 +370,8 @@ def markdown(records, prov, steps, repeat):
         "measured copy floor." % (steps, repeat),
         ["preset", "grid", "mode", "bytes/point", "convstencil-scheme",
          "GB/s (of copy floor)", "convstencil-scheme-api", "cupy-scheme",
-         "speed-up (api)", "rel. error vs CuPy"])
+         "speed-up (api)", "rel. error vs CuPy",
+         "explain(): path, measured / predicted"])
     by = {}
     for r in records:
         by.setdefault(r["preset"], []).append(r)
@@ -376,8 +385,11 @@ def markdown(records, prov, steps, repeat):
         api = next((r for r in rs
                     if r["system"] == "convstencil-scheme-api"), None)
         api_rate = api["gstencils_per_s"] if api else float("nan")
+        said = ("%s/%d, %.2f" % (api["path"], api["fused_depth"],
+                                  api["fraction_of_prediction"])
+                if api and "fraction_of_prediction" in api else "-")
         lines.append("| %s | %s | %s | %d | %.1f | %.0f (%.0f%%) | %.1f | "
-                     "%.1f | %.2fx (%.2fx) | %.1e |" % (
+                     "%.1f | %.2fx (%.2fx) | %.1e | %s |" % (
                          name, "x".join(map(str, main["shape"])),
                          main["mode"], main["bytes_per_point"],
                          main["gstencils_per_s"], main["gbytes_per_s"],
@@ -386,7 +398,7 @@ def markdown(records, prov, steps, repeat):
                          cupy["gstencils_per_s"],
                          main["gstencils_per_s"] / cupy["gstencils_per_s"],
                          api_rate / cupy["gstencils_per_s"],
-                         main["rel_error_vs_cupy"]))
+                         main["rel_error_vs_cupy"], said))
         variants += [(name, r) for r in ours if r is not main]
     floor = records[0]["copy_floor_gbytes_per_s"]
     lines += ["", "Copy floor (a device-to-device copy, bytes read and "

@@ -1052,6 +1052,8 @@ static PyMethodDef core_methods[] = {
     {"run_device", run_device, METH_VARARGS, run_device_doc},
     {"run_scheme_device", cs_py_run_scheme_device, METH_VARARGS,
      cs_py_run_scheme_device_doc},
+    {"plan_scheme_device", cs_py_plan_scheme_device, METH_VARARGS,
+     cs_py_plan_scheme_device_doc},
     {"to_device", to_device, METH_VARARGS, copy_doc},
     {"to_host", to_host, METH_VARARGS, copy_doc},
     {"device_alloc", device_alloc, METH_VARARGS, device_alloc_doc},

@@ -16,6 +16,7 @@
 
 #include "core_glue.h"
 #include "scheme.h"
+#include "scheme_plan.h"
 #ifdef CS_HAVE_CUDA
 #include "cuda/cuda_engine.h"
 #endif
@@ -25,6 +26,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char cs_py_run_scheme_device_doc[] =
@@ -237,6 +239,150 @@ read_stencil(const Py_buffer *v, Py_ssize_t i, cs_kernel *k)
     return 0;
 }
 
+/* A scheme's tables as read from Python (release with
+   tables_release on every path). */
+typedef struct scheme_tables {
+    Py_buffer tab_v[4];  /* coefs, terms, updates, stages */
+    Py_buffer *st_v;     /* the stencils' views */
+    Py_ssize_t ns;
+    cs_kernel *kernels;
+    cs_term *terms;
+    cs_update *updates;
+    cs_stage *stages;
+    cs_scheme scheme;
+} scheme_tables;
+
+static void
+tables_init(scheme_tables *t)
+{
+    memset(t, 0, sizeof(*t));
+}
+
+static void
+tables_release(scheme_tables *t)
+{
+    for (Py_ssize_t i = 0; t->kernels != NULL && i < t->ns; i++) {
+        cs_kernel_free(&t->kernels[i]);
+    }
+    PyMem_Free(t->kernels);
+    PyMem_Free(t->terms);
+    PyMem_Free(t->updates);
+    PyMem_Free(t->stages);
+    for (Py_ssize_t i = 0; t->st_v != NULL && i < t->ns; i++) {
+        if (t->st_v[i].obj != NULL) {
+            PyBuffer_Release(&t->st_v[i]);
+        }
+    }
+    PyMem_Free(t->st_v);
+    for (int i = 0; i < 4; i++) {
+        if (t->tab_v[i].obj != NULL) {
+            PyBuffer_Release(&t->tab_v[i]);
+        }
+    }
+    tables_init(t);
+}
+
+/*
+ * The stencils (a tuple of float64 weight arrays of `ndim` axes) and the
+ * code tables of a scheme of k fields and np parameter fields, read and
+ * checked (cs_scheme_check) into t->scheme; -1 with an exception set.
+ * `fn` names the caller in messages.
+ */
+static int
+read_tables(const char *fn, int ndim, Py_ssize_t k, Py_ssize_t np,
+            PyObject *stencils_obj, PyObject *coefs_obj, PyObject *terms_obj,
+            PyObject *updates_obj, PyObject *stages_obj, scheme_tables *t)
+{
+    const Py_ssize_t ns = PyTuple_GET_SIZE(stencils_obj);
+    if (k < 1 || k > CS_SCHEME_MAX_FIELDS || np < 0
+        || np > CS_SCHEME_MAX_PARAMS || ns > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd fields (1 to %d), %zd "
+                     "parameter fields (0 to %d)", fn, k,
+                     CS_SCHEME_MAX_FIELDS, np, CS_SCHEME_MAX_PARAMS);
+        return -1;
+    }
+    t->ns = ns;
+    t->st_v = PyMem_Calloc((size_t)(ns > 0 ? ns : 1), sizeof(Py_buffer));
+    t->kernels = PyMem_Calloc((size_t)(ns > 0 ? ns : 1), sizeof(cs_kernel));
+    if (t->st_v == NULL || t->kernels == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        if (get_view(PyTuple_GET_ITEM(stencils_obj, i), &t->st_v[i],
+                     "stencils", i, 'd', ndim) < 0
+            || read_stencil(&t->st_v[i], i, &t->kernels[i]) < 0) {
+            return -1;
+        }
+    }
+    static const char *const table_names[] = {"coefs", "terms", "updates",
+                                              "stages"};
+    PyObject *const table_objs[] = {coefs_obj, terms_obj, updates_obj,
+                                    stages_obj};
+    for (int i = 0; i < 4; i++) {
+        if (get_view(table_objs[i], &t->tab_v[i], table_names[i], -1,
+                     i == 0 ? 'd' : 'i', i == 0 ? 1 : 2) < 0) {
+            return -1;
+        }
+    }
+    const Py_buffer *tab_v = t->tab_v;
+    const Py_ssize_t nt = tab_v[1].shape[0];
+    const Py_ssize_t nu = tab_v[2].shape[0];
+    const Py_ssize_t ng = tab_v[3].shape[0];
+    if (tab_v[0].shape[0] != nt || tab_v[1].shape[1] != TERM_COLUMNS + k
+        || tab_v[2].shape[1] != 3 || tab_v[3].shape[1] != 2
+        || nt > INT32_MAX || nu > INT32_MAX || ng > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: the tables' shapes must be "
+                     "coefs (T,), terms (T, %zd), updates (U, 3), stages "
+                     "(G, 2)", fn, TERM_COLUMNS + k);
+        return -1;
+    }
+    t->terms = PyMem_Calloc((size_t)(nt > 0 ? nt : 1), sizeof(cs_term));
+    t->updates = PyMem_Calloc((size_t)(nu > 0 ? nu : 1), sizeof(cs_update));
+    t->stages = PyMem_Calloc((size_t)(ng > 0 ? ng : 1), sizeof(cs_stage));
+    if (t->terms == NULL || t->updates == NULL || t->stages == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    const double *coefs = tab_v[0].buf;
+    const int *rows = tab_v[1].buf;
+    for (Py_ssize_t i = 0; i < nt; i++) {
+        if (read_term(rows + i * (TERM_COLUMNS + k), coefs[i], (int)k, i,
+                      &t->terms[i]) < 0) {
+            return -1;
+        }
+    }
+    rows = tab_v[2].buf;
+    for (Py_ssize_t i = 0; i < nu; i++) {
+        t->updates[i].target = rows[3 * i];
+        t->updates[i].first_term = rows[3 * i + 1];
+        t->updates[i].term_count = rows[3 * i + 2];
+    }
+    rows = tab_v[3].buf;
+    for (Py_ssize_t i = 0; i < ng; i++) {
+        t->stages[i].first_update = rows[2 * i];
+        t->stages[i].update_count = rows[2 * i + 1];
+    }
+    cs_scheme *scheme = &t->scheme;
+    scheme->ndim = ndim;
+    scheme->field_count = (int)k;
+    scheme->param_count = (int)np;
+    scheme->stencil_count = (int)ns;
+    scheme->stencils = t->kernels;
+    scheme->term_count = (int)nt;
+    scheme->terms = t->terms;
+    scheme->update_count = (int)nu;
+    scheme->updates = t->updates;
+    scheme->stage_count = (int)ng;
+    scheme->stages = t->stages;
+    char detail[512] = "";
+    if (cs_scheme_check(scheme, detail, sizeof(detail)) != CS_OK) {
+        PyErr_Format(PyExc_ValueError, "%s: %s", fn, detail);
+        return -1;
+    }
+    return 0;
+}
+
 PyObject *
 cs_py_run_scheme_device(PyObject *self, PyObject *args)
 {
@@ -246,19 +392,11 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
     long steps;
     int mode, interruptible;
     double cval;
-    Py_buffer tab_v[4];
-    Py_buffer *st_v = NULL;
-    Py_ssize_t ns = 0;
-    cs_kernel *kernels = NULL;
-    cs_term *terms = NULL;
-    cs_update *updates = NULL;
-    cs_stage *stages = NULL;
+    scheme_tables tab;
     PyObject *result = NULL;
     (void)self;
 
-    for (int i = 0; i < 4; i++) {
-        tab_v[i].obj = NULL;
-    }
+    tables_init(&tab);
     if (!PyArg_ParseTuple(args, "O!O!O!OO!OOOOlidOpO:run_scheme_device",
                           &PyTuple_Type, &fields_in, &PyTuple_Type,
                           &fields_out, &PyTuple_Type, &params_obj,
@@ -270,7 +408,7 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
     }
     const Py_ssize_t k = PyTuple_GET_SIZE(fields_in);
     const Py_ssize_t np = PyTuple_GET_SIZE(params_obj);
-    ns = PyTuple_GET_SIZE(stencils_obj);
+    const Py_ssize_t ns = PyTuple_GET_SIZE(stencils_obj);
     if (k < 1 || k > CS_SCHEME_MAX_FIELDS
         || PyTuple_GET_SIZE(fields_out) != k || np > CS_SCHEME_MAX_PARAMS
         || ns > INT32_MAX) {
@@ -329,85 +467,13 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
     }
 
     /* the stencils and the tables */
-    st_v = PyMem_Calloc((size_t)(ns > 0 ? ns : 1), sizeof(Py_buffer));
-    kernels = PyMem_Calloc((size_t)(ns > 0 ? ns : 1), sizeof(cs_kernel));
-    if (st_v == NULL || kernels == NULL) {
-        PyErr_NoMemory();
+    if (read_tables("run_scheme_device", ndim, k, np, stencils_obj,
+                    coefs_obj, terms_obj, updates_obj, stages_obj, &tab)
+        < 0) {
         goto exit;
     }
-    for (Py_ssize_t i = 0; i < ns; i++) {
-        if (get_view(PyTuple_GET_ITEM(stencils_obj, i), &st_v[i],
-                     "stencils", i, 'd', ndim) < 0
-            || read_stencil(&st_v[i], i, &kernels[i]) < 0) {
-            goto exit;
-        }
-    }
-    static const char *const table_names[] = {"coefs", "terms", "updates",
-                                              "stages"};
-    PyObject *const table_objs[] = {coefs_obj, terms_obj, updates_obj,
-                                    stages_obj};
-    for (int i = 0; i < 4; i++) {
-        if (get_view(table_objs[i], &tab_v[i], table_names[i], -1,
-                     i == 0 ? 'd' : 'i', i == 0 ? 1 : 2) < 0) {
-            goto exit;
-        }
-    }
-    const Py_ssize_t nt = tab_v[1].shape[0];
-    const Py_ssize_t nu = tab_v[2].shape[0];
-    const Py_ssize_t ng = tab_v[3].shape[0];
-    if (tab_v[0].shape[0] != nt || tab_v[1].shape[1] != TERM_COLUMNS + k
-        || tab_v[2].shape[1] != 3 || tab_v[3].shape[1] != 2
-        || nt > INT32_MAX || nu > INT32_MAX || ng > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "run_scheme_device: the tables' "
-                     "shapes must be coefs (T,), terms (T, %zd), updates "
-                     "(U, 3), stages (G, 2)", TERM_COLUMNS + k);
-        goto exit;
-    }
-    terms = PyMem_Calloc((size_t)(nt > 0 ? nt : 1), sizeof(cs_term));
-    updates = PyMem_Calloc((size_t)(nu > 0 ? nu : 1), sizeof(cs_update));
-    stages = PyMem_Calloc((size_t)(ng > 0 ? ng : 1), sizeof(cs_stage));
-    if (terms == NULL || updates == NULL || stages == NULL) {
-        PyErr_NoMemory();
-        goto exit;
-    }
-    const double *coefs = tab_v[0].buf;
-    const int *rows = tab_v[1].buf;
-    for (Py_ssize_t i = 0; i < nt; i++) {
-        if (read_term(rows + i * (TERM_COLUMNS + k), coefs[i], (int)k, i,
-                      &terms[i]) < 0) {
-            goto exit;
-        }
-    }
-    rows = tab_v[2].buf;
-    for (Py_ssize_t i = 0; i < nu; i++) {
-        updates[i].target = rows[3 * i];
-        updates[i].first_term = rows[3 * i + 1];
-        updates[i].term_count = rows[3 * i + 2];
-    }
-    rows = tab_v[3].buf;
-    for (Py_ssize_t i = 0; i < ng; i++) {
-        stages[i].first_update = rows[2 * i];
-        stages[i].update_count = rows[2 * i + 1];
-    }
-    cs_scheme scheme;
-    scheme.ndim = ndim;
-    scheme.field_count = (int)k;
-    scheme.param_count = (int)np;
-    scheme.stencil_count = (int)ns;
-    scheme.stencils = kernels;
-    scheme.term_count = (int)nt;
-    scheme.terms = terms;
-    scheme.update_count = (int)nu;
-    scheme.updates = updates;
-    scheme.stage_count = (int)ng;
-    scheme.stages = stages;
-    char detail[512] = "";
-    if (cs_scheme_check(&scheme, detail, sizeof(detail)) != CS_OK) {
-        PyErr_Format(PyExc_ValueError, "run_scheme_device: %s", detail);
-        goto exit;
-    }
-
 #ifdef CS_HAVE_CUDA
+    char detail[512] = "";
     cs_run_info info = {0};
     info.nonfinite = -1;
     info.device_seconds = -1.0;
@@ -415,7 +481,7 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
     const cs_interrupt intr = cs_py_make_poll(&sp, interruptible, progress);
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = cs_cuda_scheme_apply_device(&scheme, in, out, par, shape,
+    status = cs_cuda_scheme_apply_device(&tab.scheme, in, out, par, shape,
                                          (cs_mode)mode, cval, steps,
                                          (uintptr_t)stream, &info, &intr,
                                          detail, sizeof(detail));
@@ -444,23 +510,109 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
 #endif
 
 exit:
-    for (Py_ssize_t i = 0; kernels != NULL && i < ns; i++) {
-        cs_kernel_free(&kernels[i]);
+    tables_release(&tab);
+    return result;
+}
+
+const char cs_py_plan_scheme_device_doc[] =
+    "plan_scheme_device(shape, stencils, coefs, terms, updates, stages,\n"
+    "                   fields, params, steps, smem_optin) -> dict\n"
+    "\n"
+    "The passes the GPU engine would run for `steps` steps of a scheme of\n"
+    "`fields` fields and `params` parameter fields on a grid of `shape`\n"
+    "(the tables as run_scheme_device takes them), with blocks of at most\n"
+    "smem_optin bytes of shared memory, and the model's price of each\n"
+    "(csrc/scheme_plan.c, the engine's own choice; CONVSTENCIL_SCHEME_BLOCK\n"
+    "is honoured).  Needs no GPU.  Returns path ('scheme' or\n"
+    "'scheme-blocked'), fused_depth (steps a pass), rows (of a blocked\n"
+    "pass's region; 0 for one-step passes), onestep_seconds and\n"
+    "blocked_seconds (the model's, a grid point and step; blocked 0 where\n"
+    "no blocked pass fits), shared_memory (bytes a blocked block takes).";
+
+PyObject *
+cs_py_plan_scheme_device(PyObject *self, PyObject *args)
+{
+    PyObject *shape_obj, *stencils_obj, *coefs_obj, *terms_obj;
+    PyObject *updates_obj, *stages_obj;
+    int nfields, nparams, smem_optin;
+    long steps;
+    scheme_tables tab;
+    sch_stage_plan *plans = NULL;
+    int *tap0 = NULL;
+    int made = 0;
+    PyObject *result = NULL;
+    (void)self;
+
+    tables_init(&tab);
+    if (!PyArg_ParseTuple(args, "OO!OOOOiili:plan_scheme_device", &shape_obj,
+                          &PyTuple_Type, &stencils_obj, &coefs_obj,
+                          &terms_obj, &updates_obj, &stages_obj, &nfields,
+                          &nparams, &steps, &smem_optin)) {
+        return NULL;
     }
-    PyMem_Free(kernels);
-    PyMem_Free(terms);
-    PyMem_Free(updates);
-    PyMem_Free(stages);
-    for (Py_ssize_t i = 0; st_v != NULL && i < ns; i++) {
-        if (st_v[i].obj != NULL) {
-            PyBuffer_Release(&st_v[i]);
+    if (nfields < 1 || nfields > CS_SCHEME_MAX_FIELDS || nparams < 0
+        || nparams > CS_SCHEME_MAX_PARAMS || steps < 0 || smem_optin < 0) {
+        PyErr_Format(PyExc_ValueError, "plan_scheme_device: %d fields (1 to "
+                     "%d), %d parameter fields (0 to %d), steps %ld and "
+                     "smem_optin %d (>= 0)", nfields, CS_SCHEME_MAX_FIELDS,
+                     nparams, CS_SCHEME_MAX_PARAMS, steps, smem_optin);
+        return NULL;
+    }
+    ptrdiff_t shape[3];
+    const int ndim = get_shape(shape_obj, shape);
+    if (ndim < 0
+        || read_tables("plan_scheme_device", ndim, nfields, nparams,
+                       stencils_obj, coefs_obj, terms_obj, updates_obj,
+                       stages_obj, &tab)
+               < 0) {
+        goto exit;
+    }
+    const cs_scheme *s = &tab.scheme;
+    plans = calloc((size_t)s->stage_count, sizeof(sch_stage_plan));
+    tap0 = malloc((size_t)(s->stencil_count > 0 ? s->stencil_count : 1)
+                  * sizeof(int));
+    if (plans == NULL || tap0 == NULL) {
+        PyErr_NoMemory();
+        goto exit;
+    }
+    const sch_grid grid = {{shape[0], shape[1], shape[2]}, shape[2],
+                           shape[1] * shape[2]};
+    char msg[256] = "";
+    for (int gi = 0; gi < s->stage_count; gi++) {
+        made = gi + 1;
+        const cs_status st =
+            sch_stage_plan_make(s, gi, &grid, tap0, &plans[gi], msg,
+                                sizeof(msg));
+        if (st != CS_OK) {
+            cs_py_raise_status(st, "cuda", msg);
+            goto exit;
         }
     }
-    PyMem_Free(st_v);
-    for (int i = 0; i < 4; i++) {
-        if (tab_v[i].obj != NULL) {
-            PyBuffer_Release(&tab_v[i]);
-        }
+    sch_tb_schedule sc;
+    int blocked = 0;
+    double onestep = 0.0, blocked_cost = 0.0;
+    const cs_status st = sch_choose_passes(
+        s, plans, shape, steps, smem_optin,
+        getenv("CONVSTENCIL_SCHEME_BLOCK"), &sc, &blocked, &onestep,
+        &blocked_cost, msg, sizeof(msg));
+    if (st != CS_OK) {
+        cs_py_raise_status(st, "cuda", msg);
+        goto exit;
     }
+    result = Py_BuildValue(
+        "{s:s,s:i,s:i,s:d,s:d,s:n}", "path",
+        blocked ? "scheme-blocked" : "scheme", "fused_depth",
+        blocked ? sc.steps : 1, "rows", blocked ? sc.rows : 0,
+        "onestep_seconds", onestep, "blocked_seconds", blocked_cost,
+        "shared_memory",
+        (Py_ssize_t)(blocked ? sch_tb_smem(&sc, nparams) : 0));
+
+exit:
+    for (int gi = 0; plans != NULL && gi < made; gi++) {
+        sch_stage_plan_free(&plans[gi]);
+    }
+    free(plans);
+    free(tap0);
+    tables_release(&tab);
     return result;
 }

@@ -13,4 +13,11 @@ extern const char cs_py_run_scheme_device_doc[];
 PyObject *
 cs_py_run_scheme_device(PyObject *self, PyObject *args);
 
+extern const char cs_py_plan_scheme_device_doc[];
+
+/* The passes the GPU engine would run for a scheme, and their price
+   (scheme_plan.c): no GPU needed. */
+PyObject *
+cs_py_plan_scheme_device(PyObject *self, PyObject *args);
+
 #endif /* CS_SCHEME_DEVICE_GLUE_H */

@@ -249,3 +249,22 @@ def test_blocked_pass_setting_is_checked(rng, monkeypatch):
     grids = tuple(device_array(rng.uniform(0, 1, (8, 9))) for _ in range(2))
     with pytest.raises(ValueError, match="CONVSTENCIL_SCHEME_BLOCK"):
         cs.apply(grids, gray_scott(2), steps=4)
+
+
+@pytest.mark.parametrize("name", sorted(BLOCK_SCHEMES))
+def test_explain_names_the_passes_the_engine_runs(rng, name):
+    # explain() reads the engine's own planner: what it says is what the
+    # run then records, for every scheme and a few step counts
+    make, pnames = BLOCK_SCHEMES[name]
+    scheme = make(2)
+    shape = (90, 150)
+    for steps in (1, 2, 5, 12):
+        hosts = tuple(rng.uniform(0.0, 1.0, shape) for _ in scheme.fields)
+        grids = tuple(device_array(h) for h in hosts)
+        params = {p: device_array(rng.uniform(0.0, 0.3, shape))
+                  for p in pnames}
+        said = cs.explain(grids, scheme, steps=steps)
+        cs.apply(grids, scheme, steps=steps, params=params)
+        ran = cs.last_run_info()
+        assert (said.path, said.fused_depth) == (ran["path"],
+                                                 ran["fused_depth"]), steps

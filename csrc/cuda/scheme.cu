@@ -51,7 +51,7 @@
  */
 #include "engine.cuh"
 #include "../scheme.h"
-#include "scheme_plan.cuh"
+#include "../scheme_plan.h"
 #include "scheme_tb.cuh"
 
 #include <stdint.h>
@@ -68,16 +68,10 @@
 #define SCH_THREADS 256  /* threads of a block */
 #define SCH_ROWS 4       /* points of a thread, along the walk axis */
 #define SCH_WARP_X 32    /* threads along x (2D and 3D tiles) */
-#define SCH_MAX_SCRATCH (CS_SCHEME_MAX_FIELDS + 1)
-#define SCH_MAX_BUFFERS (2 * CS_SCHEME_MAX_FIELDS + SCH_MAX_SCRATCH)
-#define SCH_HISTORY 64   /* step states kept to find the period */
-#define SCH_GRID_YZ 65535
 
 /* the two sizes of table a launch carries: taps and terms of a stage */
 #define SCH_SMALL_TAPS 32
 #define SCH_SMALL_TERMS 32
-#define SCH_LARGE_TAPS 512
-#define SCH_LARGE_TERMS 128
 
 /* ------------------------------------------------------------------------
  * kernel
@@ -434,799 +428,6 @@ geom_make(cs_cuda_ctx *ctx, const ptrdiff_t shape[3], sch_geom *g)
     return CS_OK;
 }
 
-/* Is update u one other field with coefficient 1 and no parameter?
-   That field, or -1. */
-static int
-rename_source(const cs_scheme *s, const cs_update *u)
-{
-    if (u->term_count != 1) {
-        return -1;
-    }
-    const cs_term *t = &s->terms[u->first_term];
-    if (t->kind != CS_TERM_MONOMIAL || t->coef != 1.0 || t->param >= 0) {
-        return -1;
-    }
-    int source = -1;
-    for (int f = 0; f < s->field_count; f++) {
-        if (t->power[f] == 1 && source < 0) {
-            source = f;
-        } else if (t->power[f] != 0) {
-            return -1;
-        }
-    }
-    return source;
-}
-
-/* The pointwise slot of field f, added when new. */
-static int
-pw_slot(int *npw, int *pw_field, int f)
-{
-    for (int j = 0; j < *npw; j++) {
-        if (pw_field[j] == f) {
-            return j;
-        }
-    }
-    pw_field[*npw] = f;
-    return (*npw)++;
-}
-
-static void
-stage_plan_free(sch_stage_plan *sp)
-{
-    free(sp->terms);
-    free(sp->tap_w);
-    free(sp->tap_off);
-    free(sp->tap_d);
-    memset(sp, 0, sizeof(*sp));
-}
-
-/* Nonzero weights of a stencil. */
-static int
-nonzero_count(const cs_kernel *k)
-{
-    int n = 0;
-    for (ptrdiff_t e = 0; e < cs_kernel_count(k); e++) {
-        n += k->weights[e] != 0.0;
-    }
-    return n;
-}
-
-/* Element offset of a tap, 0 when it reaches past the grid: such a tap is
-   read only through the edge map (and must not overflow here). */
-static ptrdiff_t
-tap_offset(const sch_geom *g, const int d[3])
-{
-    for (int a = 0; a < 3; a++) {
-        if (d[a] > g->n[a] || -d[a] > g->n[a]) {
-            return 0;
-        }
-    }
-    return d[0] * g->sz + d[1] * g->sy + d[2];
-}
-
-/* Append the nonzero weights of stencil k to sp's taps. */
-static void
-add_taps(sch_stage_plan *sp, const sch_geom *g, const cs_kernel *k)
-{
-    for (ptrdiff_t z = 0; z < k->size[0]; z++) {
-        for (ptrdiff_t y = 0; y < k->size[1]; y++) {
-            for (ptrdiff_t x = 0; x < k->size[2]; x++) {
-                const double w =
-                    k->weights[(z * k->size[1] + y) * k->size[2] + x];
-                if (w == 0.0) {
-                    continue; /* never multiplies data: scipy.ndimage */
-                }
-                int *d = sp->tap_d[sp->ntaps];
-                d[0] = (int)(z - cs_kernel_radius(k, 0));
-                d[1] = (int)(y - cs_kernel_radius(k, 1));
-                d[2] = (int)(x - cs_kernel_radius(k, 2));
-                sp->tap_w[sp->ntaps] = w;
-                sp->tap_off[sp->ntaps] = tap_offset(g, d);
-                sp->ntaps++;
-            }
-        }
-    }
-}
-
-/*
- * Stage gi's plan: which updates are renames, which fields its sums read
- * through stencils and at the point, their terms, and the nonzero
- * weights of their stencils (each stencil's once).  `tap0` holds
- * stencil_count ints of scratch.
- */
-static cs_status
-stage_plan_make(cs_cuda_ctx *ctx, const cs_scheme *s, int gi,
-                const sch_geom *g, int *tap0, sch_stage_plan *sp)
-{
-    const cs_stage *stage = &s->stages[gi];
-    memset(sp, 0, sizeof(*sp));
-    sp->count = stage->update_count;
-    int nterms = 0, ntaps = 0;
-    for (int k = 0; k < s->stencil_count; k++) {
-        tap0[k] = -1;
-    }
-    for (int j = 0; j < sp->count; j++) {
-        const cs_update *u = &s->updates[stage->first_update + j];
-        sp->target[j] = u->target;
-        sp->targets |= 1u << u->target;
-        sp->rename[j] = rename_source(s, u);
-        if (sp->rename[j] >= 0) {
-            continue;
-        }
-        nterms += u->term_count;
-        for (int t = u->first_term; t < u->first_term + u->term_count;
-             t++) {
-            const cs_term *term = &s->terms[t];
-            if (term->kind == CS_TERM_STENCIL && tap0[term->stencil] < 0) {
-                tap0[term->stencil] = 0;
-                ntaps += nonzero_count(&s->stencils[term->stencil]);
-            }
-        }
-    }
-    if (nterms > SCH_LARGE_TERMS || ntaps > SCH_LARGE_TAPS) {
-        cs_cuda_message(ctx, "stage %d of the scheme has %d terms and %d "
-                             "nonzero stencil weights; the GPU engine takes "
-                             "at most %d and %d a stage",
-                        gi, nterms, ntaps, SCH_LARGE_TERMS, SCH_LARGE_TAPS);
-        return CS_ERR_UNSUPPORTED;
-    }
-    const size_t nt = (size_t)(nterms > 0 ? nterms : 1);
-    const size_t nq = (size_t)(ntaps > 0 ? ntaps : 1);
-    sp->terms = (sch_term *)calloc(nt, sizeof(sch_term));
-    sp->tap_w = (double *)calloc(nq, sizeof(double));
-    sp->tap_off = (ptrdiff_t *)calloc(nq, sizeof(ptrdiff_t));
-    sp->tap_d = (int (*)[3])calloc(nq, sizeof(int[3]));
-    if (sp->terms == NULL || sp->tap_w == NULL || sp->tap_off == NULL
-        || sp->tap_d == NULL) {
-        cs_cuda_message(ctx, "out of host memory (a scheme's stage)");
-        return CS_ERR_NOMEM;
-    }
-    for (int k = 0; k < s->stencil_count; k++) {
-        tap0[k] = -1;
-    }
-    for (int j = 0; j < sp->count; j++) {
-        const cs_update *u = &s->updates[stage->first_update + j];
-        sp->out[j].copy = -1;
-        if (sp->rename[j] >= 0) {
-            continue;
-        }
-        sp->out[j].first_term = sp->nterms;
-        sp->out[j].term_count = u->term_count;
-        for (int t = u->first_term; t < u->first_term + u->term_count;
-             t++) {
-            const cs_term *term = &s->terms[t];
-            sch_term *kt = &sp->terms[sp->nterms++];
-            kt->coef = term->coef;
-            kt->kind = (int)term->kind;
-            kt->param = term->param;
-            kt->field = -1;
-            if (term->kind == CS_TERM_MONOMIAL) {
-                for (int f = 0; f < s->field_count; f++) {
-                    if (term->power[f] > 0) {
-                        const int slot = pw_slot(&sp->npw, sp->pw_field, f);
-                        kt->pow |= (unsigned)term->power[f] << (4 * slot);
-                    }
-                }
-                continue;
-            }
-            const cs_kernel *k = &s->stencils[term->stencil];
-            kt->field = term->field;
-            sp->stencil_read |= 1u << term->field;
-            for (int a = 0; a < 3; a++) {
-                const int ra = (int)cs_kernel_radius(k, a);
-                sp->r[a] = ra > sp->r[a] ? ra : sp->r[a];
-            }
-            if (tap0[term->stencil] < 0) {
-                tap0[term->stencil] = sp->ntaps;
-                add_taps(sp, g, k);
-            }
-            kt->tap0 = tap0[term->stencil];
-            kt->ntaps = nonzero_count(k);
-        }
-    }
-    return CS_OK;
-}
-
-/* ------------------------------------------------------------------------
- * buffers: which holds each field, and where a stage writes
- * --------------------------------------------------------------------- */
-
-typedef struct sch_buffers {
-    double *ptr[SCH_MAX_BUFFERS];
-    unsigned char writable[SCH_MAX_BUFFERS]; /* an out or a scratch array */
-    int count;                      /* the caller's; scratch k: count + k */
-    int fields;
-    int out[CS_SCHEME_MAX_FIELDS];  /* the buffer of each field's out */
-} sch_buffers;
-
-typedef struct sch_state {
-    int cur[CS_SCHEME_MAX_FIELDS];  /* the buffer holding each field */
-    int scratch;                    /* scratch arrays in play */
-} sch_state;
-
-enum { SCH_SUM = 0, SCH_RENAME = 1, SCH_COPY = 2 };
-
-/* What one stage does: per update of the stage, how and where. */
-typedef struct sch_assign {
-    int how[CS_SCHEME_MAX_FIELDS];
-    int dst[CS_SCHEME_MAX_FIELDS];  /* SUM and COPY: the buffer written */
-    int from[CS_SCHEME_MAX_FIELDS]; /* each field's buffer as it began */
-} sch_assign;
-
-/* The caller's buffer at p, added when new. */
-static int
-buffer_of(sch_buffers *B, double *p, int writable)
-{
-    for (int b = 0; b < B->count; b++) {
-        if (B->ptr[b] == p) {
-            B->writable[b] |= (unsigned char)writable;
-            return b;
-        }
-    }
-    B->ptr[B->count] = p;
-    B->writable[B->count] = (unsigned char)writable;
-    return B->count++;
-}
-
-/* May a stage write buffer b, which `busy` does not hold? */
-static int
-usable(const sch_buffers *B, const sch_state *st, const unsigned char *busy,
-       int b)
-{
-    return b >= 0 && b < B->count + st->scratch && B->writable[b]
-           && !busy[b];
-}
-
-/* A scratch array in play that `busy` leaves, or one more; -1 if none. */
-static int
-scratch_buffer(const sch_buffers *B, sch_state *st,
-               const unsigned char *busy)
-{
-    for (int k = 0; k < st->scratch; k++) {
-        if (!busy[B->count + k]) {
-            return B->count + k;
-        }
-    }
-    if (st->scratch < SCH_MAX_SCRATCH) {
-        return B->count + st->scratch++;
-    }
-    return -1;
-}
-
-/* The orders in which a sum away from the last stage looks for a buffer
-   (after its own, when free, in place): its field's out first (runs of
-   the right parity end in the outs), last (the other parity), or new
-   scratch arrays before any out (outs that are the ins swapped).  The
-   plan simulates each and keeps the one that ends with the fewest
-   copies. */
-enum { SCH_OWN_OUT_FIRST = 0, SCH_OWN_OUT_LAST, SCH_SCRATCH_FIRST,
-       SCH_ORDERS };
-
-/* A buffer for a sum of field t away from the last stage; -1 if none. */
-static int
-pick_buffer(const sch_buffers *B, sch_state *st, const unsigned char *busy,
-            int t, int order)
-{
-    const int own = B->out[t];
-    if (order == SCH_OWN_OUT_FIRST && usable(B, st, busy, own)) {
-        return own;
-    }
-    if (usable(B, st, busy, st->cur[t])) {
-        return st->cur[t]; /* in place: read only at the point */
-    }
-    for (int k = 0; k < st->scratch; k++) {
-        if (usable(B, st, busy, B->count + k)) {
-            return B->count + k;
-        }
-    }
-    if (order == SCH_SCRATCH_FIRST && st->scratch < SCH_MAX_SCRATCH) {
-        return B->count + st->scratch++;
-    }
-    if (order == SCH_SCRATCH_FIRST && usable(B, st, busy, own)) {
-        return own;
-    }
-    for (int f = 0; f < B->fields; f++) {
-        if (f != t && usable(B, st, busy, B->out[f])) {
-            return B->out[f];
-        }
-    }
-    if (usable(B, st, busy, own)) {
-        return own;
-    }
-    return scratch_buffer(B, st, busy);
-}
-
-/*
- * Where stage sp writes, from the buffers' state st (updated to the
- * state after the stage); `final`: the last stage of the run.  Away
- * from it a sum takes pick_buffer's; in it, its out when that is free,
- * else a scratch array (never another field's out), and a rename whose
- * source is not in the target's out is written there when that is free.
- * -1 when no buffer is left (never: a stage keeps at most K buffers,
- * and K + 1 scratch arrays leave K to write).
- */
-static int
-assign_stage(const sch_buffers *B, sch_state *st, const sch_stage_plan *sp,
-             int final, int order, sch_assign *a)
-{
-    const int K = B->fields;
-    unsigned char busy[SCH_MAX_BUFFERS];
-    memset(busy, 0, sizeof(busy));
-    for (int f = 0; f < K; f++) {
-        a->from[f] = st->cur[f];
-        if (!((sp->targets >> f) & 1u) || ((sp->stencil_read >> f) & 1u)) {
-            busy[st->cur[f]] = 1; /* kept, or read by other threads */
-        }
-    }
-    for (int j = 0; j < sp->count; j++) {
-        a->how[j] = sp->rename[j] >= 0 ? SCH_RENAME : SCH_SUM;
-        a->dst[j] = -1;
-        if (sp->rename[j] >= 0) {
-            busy[st->cur[sp->rename[j]]] = 1; /* its value lives on */
-        }
-    }
-    for (int j = 0; j < sp->count && final; j++) {
-        const int b = B->out[sp->target[j]];
-        if (a->how[j] == SCH_SUM && usable(B, st, busy, b)) {
-            a->dst[j] = b;
-            busy[b] = 1;
-        }
-    }
-    for (int j = 0; j < sp->count && final; j++) {
-        const int b = B->out[sp->target[j]];
-        if (a->how[j] == SCH_RENAME && a->from[sp->rename[j]] != b
-            && usable(B, st, busy, b)) {
-            a->how[j] = SCH_COPY;
-            a->dst[j] = b;
-            busy[b] = 1;
-        }
-    }
-    for (int j = 0; j < sp->count; j++) {
-        if (a->how[j] != SCH_SUM || a->dst[j] >= 0) {
-            continue;
-        }
-        const int b = final ? scratch_buffer(B, st, busy)
-                            : pick_buffer(B, st, busy, sp->target[j], order);
-        if (b < 0) {
-            return -1;
-        }
-        a->dst[j] = b;
-        busy[b] = 1;
-    }
-    for (int j = 0; j < sp->count; j++) {
-        st->cur[sp->target[j]] = a->how[j] == SCH_RENAME
-                                     ? a->from[sp->rename[j]]
-                                     : a->dst[j];
-    }
-    return 0;
-}
-
-/* One step's stages from st (no launch). */
-static int
-step_state(const sch_buffers *B, sch_state *st, const sch_stage_plan *plans,
-           int stages, int final, int order)
-{
-    sch_assign a;
-    for (int g = 0; g < stages; g++) {
-        if (assign_stage(B, st, &plans[g], final && g == stages - 1, order,
-                         &a)
-            < 0) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* A copy at the end of the run. */
-typedef struct sch_move {
-    int from, to;
-} sch_move;
-
-/*
- * The copies that bring every field into its out from state st: a field
- * whose out holds no value still to be moved goes first; when every out
- * still holds one (a cycle, as when the outs are the ins swapped), that
- * value is moved aside into a scratch array.  At most 2K moves; -1 when
- * no scratch array is left.
- */
-static int
-plan_moves(const sch_buffers *B, sch_state *st, sch_move *moves, int *count)
-{
-    const int K = B->fields;
-    unsigned pending = 0;
-    *count = 0;
-    for (int f = 0; f < K; f++) {
-        pending |= (unsigned)(st->cur[f] != B->out[f]) << f;
-    }
-    while (pending != 0) {
-        int moved = 0;
-        for (int f = 0; f < K; f++) {
-            if (!((pending >> f) & 1u)) {
-                continue;
-            }
-            int blocked = 0;
-            for (int g = 0; g < K; g++) {
-                blocked |= ((pending >> g) & 1u) && g != f
-                           && st->cur[g] == B->out[f];
-            }
-            if (!blocked) {
-                moves[(*count)++] = (sch_move){st->cur[f], B->out[f]};
-                st->cur[f] = B->out[f];
-                pending &= ~(1u << f);
-                moved = 1;
-            }
-        }
-        if (moved) {
-            continue;
-        }
-        /* a cycle: move the value in the first pending field's out aside */
-        int f = 0;
-        while (!((pending >> f) & 1u)) {
-            f++;
-        }
-        unsigned char busy[SCH_MAX_BUFFERS];
-        memset(busy, 0, sizeof(busy));
-        for (int g = 0; g < K; g++) {
-            busy[st->cur[g]] = 1;
-        }
-        const int aside = scratch_buffer(B, st, busy);
-        if (aside < 0) {
-            return -1;
-        }
-        const int held = B->out[f];
-        moves[(*count)++] = (sch_move){held, aside};
-        for (int g = 0; g < K; g++) {
-            st->cur[g] = st->cur[g] == held ? aside : st->cur[g];
-        }
-    }
-    return 0;
-}
-
-static int
-same_state(const sch_state *a, const sch_state *b, int K)
-{
-    if (a->scratch != b->scratch) {
-        return 0;
-    }
-    for (int f = 0; f < K; f++) {
-        if (a->cur[f] != b->cur[f]) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/*
- * Follow a run of `steps` steps from `init` in buffer order `order`,
- * without launching: *scratch gets the scratch arrays it brings into
- * play (the last step's and the final copies' included), *moves the
- * copies at its end.  The buffers' state repeats within a few steps,
- * after which the state before the last step follows from the period.
- * -1 when a stage finds no buffer.
- */
-static int
-simulate(const sch_buffers *B, const sch_state *init,
-         const sch_stage_plan *plans, int stages, long steps, int order,
-         int *scratch, int *moves)
-{
-    sch_state st = *init;
-    sch_state history[SCH_HISTORY];
-    long step = 0;
-    while (step < steps - 1) {
-        if (step < SCH_HISTORY) {
-            long j = 0;
-            while (j < step && !same_state(&history[j], &st, B->fields)) {
-                j++;
-            }
-            if (j < step) {
-                const long period = step - j;
-                st = history[j + (steps - 1 - j) % period];
-                break;
-            }
-            history[step] = st;
-        }
-        if (step_state(B, &st, plans, stages, 0, order) < 0) {
-            return -1;
-        }
-        step++;
-    }
-    if (steps > 0 && step_state(B, &st, plans, stages, 1, order) < 0) {
-        return -1;
-    }
-    sch_move list[2 * CS_SCHEME_MAX_FIELDS];
-    if (plan_moves(B, &st, list, moves) < 0) {
-        return -1;
-    }
-    *scratch = st.scratch;
-    return 0;
-}
-
-/* The buffer order whose run ends with the fewest copies (then the
-   fewest scratch arrays), and its scratch arrays; -1 if none works. */
-static int
-choose_order(const sch_buffers *B, const sch_state *init,
-             const sch_stage_plan *plans, int stages, long steps,
-             int *scratch)
-{
-    int best = -1, best_moves = 0;
-    for (int order = 0; order < SCH_ORDERS; order++) {
-        int n = 0, moves = 0;
-        if (simulate(B, init, plans, stages, steps, order, &n, &moves) < 0) {
-            continue;
-        }
-        if (best < 0 || moves < best_moves
-            || (moves == best_moves && n < *scratch)) {
-            best = order;
-            best_moves = moves;
-            *scratch = n;
-        }
-    }
-    return best;
-}
-
-/* ------------------------------------------------------------------------
- * temporally blocked passes (scheme_tb.cu): the schedule and the choice
- * --------------------------------------------------------------------- */
-
-/* The pass model (H100 class): rates of DRAM, of L2 (a halo read again
-   by the neighbouring block), and of the blocked kernel's work in shared
-   memory (a stage's taps, factors, parameters and writes, as bytes).
-   The last is what the kernel reaches, not the hardware's 30 TB/s: its
-   stages interpret the scheme's tables and are bound by instructions
-   (Nsight Compute, first version: SM throughput 76%, DRAM 14%).  A pass
-   costs its work plus SCH_TB_OVERLAP of its memory time (the two overlap
-   in part), a third more work where one block fills an SM.  Fitted to
-   the H100's blocked passes (benchmarks/results/h100_schemes_blocked.md:
-   18 shapes of 3 presets within 15%). */
-#define SCH_TB_DRAM 3.0e12
-#define SCH_TB_L2 7.0e12
-#define SCH_TB_SMEM 15.5e12
-#define SCH_TB_OVERLAP 0.78
-#define SCH_TB_LONE 1.3
-
-/*
- * The slots of a pass of k steps in regions of `rows` rows: the stages
- * followed through assign_stage, shared-memory slots as buffers (slot f
- * holds field f as the pass begins; each field's "out" is its own slot),
- * in the buffer order that needs the fewest slots.  -1 when a stage
- * finds none (never) or the pass is too long for the schedule.
- */
-static int
-tb_schedule_make(const sch_stage_plan *plans, int stages, int K, int k,
-                 int rows, sch_tb_schedule *sc)
-{
-    if (k < 1 || k * stages > SCH_TB_INSTANCES) {
-        return -1;
-    }
-    sch_buffers B;
-    memset(&B, 0, sizeof(B));
-    B.fields = K;
-    B.count = K;
-    for (int b = 0; b < SCH_MAX_BUFFERS; b++) {
-        B.writable[b] = 1;
-    }
-    for (int f = 0; f < K; f++) {
-        B.out[f] = f;
-    }
-    int best_slots = -1;
-    for (int order = 0; order < SCH_ORDERS; order++) {
-        sch_tb_schedule cand;
-        memset(&cand, 0, sizeof(cand));
-        sch_state st;
-        memset(&st, 0, sizeof(st));
-        for (int f = 0; f < K; f++) {
-            st.cur[f] = f;
-        }
-        int ok = 1;
-        for (int i = 0; i < k * stages && ok; i++) {
-            const sch_stage_plan *sp = &plans[i % stages];
-            sch_assign a;
-            if (assign_stage(&B, &st, sp, 0, order, &a) < 0) {
-                ok = 0;
-                break;
-            }
-            for (int f = 0; f < K; f++) {
-                cand.from[i][f] = (unsigned char)a.from[f];
-            }
-            for (int j = 0; j < sp->count; j++) {
-                cand.dst[i][j] =
-                    (signed char)(a.how[j] == SCH_RENAME ? -1 : a.dst[j]);
-            }
-        }
-        if (!ok) {
-            continue;
-        }
-        for (int f = 0; f < K; f++) {
-            cand.from[k * stages][f] = (unsigned char)st.cur[f];
-        }
-        cand.slots = K + st.scratch;
-        if (best_slots < 0 || cand.slots < best_slots) {
-            best_slots = cand.slots;
-            *sc = cand;
-        }
-    }
-    if (best_slots < 0) {
-        return -1;
-    }
-    sc->steps = k;
-    sc->rows = rows;
-    sc->halo[0] = sc->halo[1] = 0;
-    for (int g = 0; g < stages; g++) {
-        sc->halo[0] += k * plans[g].r[1];
-        sc->halo[1] += k * plans[g].r[2];
-    }
-    return 0;
-}
-
-/* The work of one cell of stage sp, in shared-memory accesses: each
-   sum's taps, factors and parameters, and its write. */
-static double
-stage_accesses(const sch_stage_plan *sp)
-{
-    double n = 0.0;
-    for (int t = 0; t < sp->nterms; t++) {
-        const sch_term *term = &sp->terms[t];
-        if (term->kind == CS_TERM_STENCIL) {
-            n += term->ntaps;
-        } else {
-            for (int j = 0; j < sp->npw; j++) {
-                n += (double)((term->pow >> (4 * j)) & 15u);
-            }
-        }
-        n += term->param >= 0;
-    }
-    for (int j = 0; j < sp->count; j++) {
-        n += sp->rename[j] < 0;
-    }
-    return n;
-}
-
-/* Seconds a grid point and step of the one-step passes: every array a
-   stage reads and writes, once, from DRAM. */
-static double
-onestep_cost(const sch_stage_plan *plans, int stages)
-{
-    double bytes = 0.0;
-    for (int g = 0; g < stages; g++) {
-        const sch_stage_plan *sp = &plans[g];
-        unsigned read = sp->stencil_read, params = 0;
-        for (int j = 0; j < sp->npw; j++) {
-            read |= 1u << sp->pw_field[j];
-        }
-        for (int t = 0; t < sp->nterms; t++) {
-            if (sp->terms[t].param >= 0) {
-                params |= 1u << sp->terms[t].param;
-            }
-        }
-        int writes = 0;
-        for (int j = 0; j < sp->count; j++) {
-            writes += sp->rename[j] < 0;
-        }
-        bytes += 8.0 * (__builtin_popcount(read) + __builtin_popcount(params)
-                        + writes);
-    }
-    return bytes / SCH_TB_DRAM;
-}
-
-/* Seconds a grid point and step of passes scheduled as sc, K fields
-   (`updated` of them written) and `nparams` parameter fields: the work
-   of the stages in shared memory, and the load of every region (the
-   tile from DRAM, the halo again from L2) and the write of the tile in
-   part (the pass model above). */
-static double
-tb_cost(const cs_cuda_ctx *ctx, const sch_stage_plan *plans, int stages,
-        int K, int nparams, int updated, const sch_tb_schedule *sc)
-{
-    const double rows = sc->rows, cols = SCH_TB_COLUMNS;
-    const double tile = (rows - 2 * sc->halo[0]) * (cols - 2 * sc->halo[1]);
-    const double region = rows * cols;
-    const double mem = 8.0 * (K + nparams) * tile / SCH_TB_DRAM
-                       + 8.0 * (K + nparams) * (region - tile) / SCH_TB_L2
-                       + 8.0 * updated * tile / SCH_TB_DRAM;
-    double smem = 0.0;
-    int spent[2] = {0, 0};
-    for (int i = 0; i < sc->steps * stages; i++) {
-        const sch_stage_plan *sp = &plans[i % stages];
-        spent[0] += sp->r[1];
-        spent[1] += sp->r[2];
-        smem += (rows - 2 * spent[0]) * (cols - 2 * spent[1]) * 8.0
-                * stage_accesses(sp) / SCH_TB_SMEM;
-    }
-    const size_t bytes = sch_tb_smem(sc, nparams);
-    const size_t per_sm = (size_t)ctx->smem_optin + 1024;
-    const double lone = per_sm / (bytes + 1024) < 2 ? SCH_TB_LONE : 1.0;
-    return (lone * smem + SCH_TB_OVERLAP * mem)
-           / ((double)sc->steps * tile);
-}
-
-/*
- * Blocked passes for this call, if they pay: sc gets the schedule with
- * the rows and steps a pass that the model prices lowest, and 1 is
- * returned; 0 keeps the one-step passes.  CONVSTENCIL_SCHEME_BLOCK, for
- * measuring: "off", or "ROWSxSTEPS" (32 or 64 rows) to force that pass
- * wherever it fits (steps beyond the call's are cut to them).
- * Only 2D grids; no stage with more than 8 updates or a stencil across
- * planes; at most 4 stages; no out that is the in of a field no stage
- * updates (the final copies would clobber it).
- */
-static cs_status
-tb_choose(cs_cuda_ctx *ctx, const cs_scheme *s, const sch_stage_plan *plans,
-          double *const *in, double *const *out, const ptrdiff_t shape[3],
-          long steps, sch_tb_schedule *sc, int *use)
-{
-    *use = 0;
-    const char *env = getenv("CONVSTENCIL_SCHEME_BLOCK");
-    int force_rows = 0, force_k = 0;
-    if (env != NULL && env[0] != '\0') {
-        if (strcmp(env, "off") == 0) {
-            return CS_OK;
-        }
-        char tail = 0;
-        if (sscanf(env, "%dx%d%c", &force_rows, &force_k, &tail) != 2
-            || (force_rows != 32 && force_rows != 64) || force_k < 1) {
-            cs_cuda_message(ctx, "CONVSTENCIL_SCHEME_BLOCK must be off or "
-                                 "ROWSxSTEPS (ROWS 32 or 64), not \"%s\"",
-                            env);
-            return CS_ERR_INVALID;
-        }
-    }
-    const int K = s->field_count;
-    unsigned updated = 0;
-    for (int g = 0; g < s->stage_count; g++) {
-        updated |= plans[g].targets;
-    }
-    if (shape[0] != 1 || shape[1] < 2 || steps < 2
-        || !sch_tb_fits(plans, s->stage_count)) {
-        return CS_OK;
-    }
-    for (int g = 0; g < K; g++) {
-        for (int f = 0; f < K && !((updated >> g) & 1u); f++) {
-            if (f != g && out[f] == in[g]) {
-                return CS_OK;
-            }
-        }
-    }
-    double best = 0.0;
-    for (int rows = 32; rows <= 64; rows *= 2) {
-        for (int k = 1; k <= 16 && k <= steps; k++) {
-            const int want_k = force_k < steps ? force_k : (int)steps;
-            if (force_rows != 0 && (rows != force_rows || k != want_k)) {
-                continue;
-            }
-            sch_tb_schedule cand;
-            if (tb_schedule_make(plans, s->stage_count, K, k, rows, &cand)
-                < 0) {
-                continue;
-            }
-            const int tile_rows = rows - 2 * cand.halo[0];
-            const int tile_cols = SCH_TB_COLUMNS - 2 * cand.halo[1];
-            if (tile_rows < 8 || tile_cols < 16
-                || CEIL_DIV(shape[1], (ptrdiff_t)tile_rows) > SCH_GRID_YZ
-                || sch_tb_smem(&cand, s->param_count)
-                       > (size_t)ctx->smem_optin) {
-                continue;
-            }
-            const double c = tb_cost(ctx, plans, s->stage_count, K,
-                                     s->param_count,
-                                     __builtin_popcount(updated), &cand);
-            if (*use == 0 || c < best) {
-                best = c;
-                *sc = cand;
-                *use = 1;
-            }
-        }
-    }
-    if (force_rows != 0) {
-        return CS_OK; /* forced where it fits, one-step passes elsewhere */
-    }
-    /* one step a pass is the one-step passes, with more halo */
-    if (*use && (sc->steps < 2
-                 || best > 0.9 * onestep_cost(plans, s->stage_count))) {
-        *use = 0;
-    }
-    return CS_OK;
-}
-
 /* ------------------------------------------------------------------------
  * launcher
  * --------------------------------------------------------------------- */
@@ -1273,7 +474,7 @@ fill_params(const sch_geom *g, const sch_stage_plan *sp,
         if (a->how[j] == SCH_COPY) {
             out.first_term = 0;
             out.term_count = 0;
-            out.copy = pw_slot(&npw, pw_field, sp->rename[j]);
+            out.copy = sch_pw_slot(&npw, pw_field, sp->rename[j]);
         }
         p->out[p->nout] = out;
         p->dst[p->nout++] = B->ptr[a->dst[j]];
@@ -1339,7 +540,7 @@ run_release(cs_cuda_ctx *ctx, sch_run *run)
 {
     cs_engine_release(ctx, &run->apply);
     for (int g = 0; g < run->stages && run->plans != NULL; g++) {
-        stage_plan_free(&run->plans[g]);
+        sch_stage_plan_free(&run->plans[g]);
     }
     free(run->plans);
     free(run->tap0);
@@ -1475,10 +676,10 @@ buffers_make(const cs_scheme *s, double *const *in, double *const *out,
     memset(init, 0, sizeof(*init));
     B->fields = s->field_count;
     for (int f = 0; f < s->field_count; f++) {
-        B->out[f] = buffer_of(B, out[f], 1);
+        B->out[f] = sch_buffer_of(B, out[f], 1);
     }
     for (int f = 0; f < s->field_count; f++) {
-        init->cur[f] = buffer_of(B, in[f], 0);
+        init->cur[f] = sch_buffer_of(B, in[f], 0);
     }
     for (int k = 0; k < SCH_MAX_SCRATCH; k++) {
         B->writable[B->count + k] = 1;
@@ -1503,6 +704,27 @@ launch(cs_cuda_ctx *ctx, const sch_geom *g, const sch_stage_plan *sp,
     }
     return launch_stage<SCH_LARGE_TAPS, SCH_LARGE_TERMS>(
         ctx, g, sp, a, B, params, s->param_count, mode, cval);
+}
+
+/* Can the blocked passes end in these outs?  Not where an out is the
+   in of another field that no stage updates: the final copies would
+   clobber that in before it is copied. */
+static int
+blocked_outs_fit(const cs_scheme *s, const sch_stage_plan *plans,
+                 double *const *in, double *const *out)
+{
+    unsigned updated = 0;
+    for (int g = 0; g < s->stage_count; g++) {
+        updated |= plans[g].targets;
+    }
+    for (int g = 0; g < s->field_count; g++) {
+        for (int f = 0; f < s->field_count && !((updated >> g) & 1u); f++) {
+            if (f != g && out[f] == in[g]) {
+                return 0;
+            }
+        }
+    }
+    return 1;
 }
 
 /* Where a field's values are between blocked passes: the caller's
@@ -1628,7 +850,8 @@ run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
         }
     }
     /* fields no stage updates first: their ins are no other field's out
-       (tb_choose), and the updated fields' values are apart from them */
+       (blocked_outs_fit), and the updated fields' values are apart from
+       them */
     for (int pass_updated = 0; pass_updated < 2; pass_updated++) {
         for (int f = 0; f < K; f++) {
             if ((int)((updated >> f) & 1u) != pass_updated
@@ -1687,14 +910,30 @@ run_scheme(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
         cs_cuda_message(ctx, "out of host memory (a scheme's plan)");
         return CS_ERR_NOMEM;
     }
+    const sch_grid grid = {{g.n[0], g.n[1], g.n[2]}, g.sy, g.sz};
+    char msg[256] = "";
     for (int gi = 0; gi < s->stage_count; gi++) {
         run->stages = gi + 1;
-        CS_TRY(stage_plan_make(ctx, s, gi, &g, run->tap0, &run->plans[gi]));
+        const cs_status made = sch_stage_plan_make(
+            s, gi, &grid, run->tap0, &run->plans[gi], msg, sizeof(msg));
+        if (made != CS_OK) {
+            cs_cuda_message(ctx, "%s", msg);
+            return made;
+        }
     }
     sch_tb_schedule sc;
     int blocked = 0;
-    CS_TRY(tb_choose(ctx, s, run->plans, in, out, shape, steps, &sc,
-                     &blocked));
+    const cs_status chose = sch_choose_passes(
+        s, run->plans, shape, steps, ctx->smem_optin,
+        getenv("CONVSTENCIL_SCHEME_BLOCK"), &sc, &blocked, NULL, NULL, msg,
+        sizeof(msg));
+    if (chose != CS_OK) {
+        cs_cuda_message(ctx, "%s", msg);
+        return chose;
+    }
+    if (blocked && !blocked_outs_fit(s, run->plans, in, out)) {
+        blocked = 0;
+    }
     if (blocked) {
         return run_blocked(ctx, run, s, in, out, params, shape, mode, cval,
                            steps, stream, info, &sc);
@@ -1704,7 +943,7 @@ run_scheme(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
     buffers_make(s, in, out, &B, &st);
     int scratch = 0;
     const int order =
-        choose_order(&B, &st, run->plans, s->stage_count, steps, &scratch);
+        sch_choose_order(&B, &st, run->plans, s->stage_count, steps, &scratch);
     if (order < 0) {
         cs_cuda_message(ctx, "cs_cuda_scheme_apply_device: no buffer left "
                              "for a stage (an engine error)");
@@ -1744,7 +983,7 @@ run_scheme(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
         for (int gi = 0; gi < s->stage_count; gi++) {
             sch_assign a;
             const int final = step == steps - 1 && gi == s->stage_count - 1;
-            if (assign_stage(&B, &st, &run->plans[gi], final, order, &a) < 0
+            if (sch_assign_stage(&B, &st, &run->plans[gi], final, order, &a) < 0
                 || st.scratch > scratch) {
                 cs_cuda_message(ctx, "cs_cuda_scheme_apply_device: the run "
                                      "left its plan (an engine error)");
@@ -1756,7 +995,7 @@ run_scheme(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
     }
     sch_move moves[2 * CS_SCHEME_MAX_FIELDS];
     int nmoves = 0;
-    if (plan_moves(&B, &st, moves, &nmoves) < 0 || st.scratch > scratch) {
+    if (sch_plan_moves(&B, &st, moves, &nmoves) < 0 || st.scratch > scratch) {
         cs_cuda_message(ctx, "cs_cuda_scheme_apply_device: the final copies "
                              "left their plan (an engine error)");
         return CS_ERR_INVALID;

@@ -365,30 +365,6 @@ scheme_tb2d_kernel(const SCH_TB_GRID_CONSTANT sch_tb_params p)
  * host
  * --------------------------------------------------------------------- */
 
-size_t
-sch_tb_smem(const sch_tb_schedule *sc, int nparams)
-{
-    return (size_t)(sc->slots + nparams) * (size_t)sc->rows
-           * SCH_TB_COLUMNS * sizeof(double);
-}
-
-int
-sch_tb_fits(const sch_stage_plan *plans, int stages)
-{
-    if (stages > SCH_TB_STAGES) {
-        return 0;
-    }
-    int terms = 0, taps = 0;
-    for (int g = 0; g < stages; g++) {
-        terms += plans[g].nterms;
-        taps += plans[g].ntaps;
-        if (plans[g].count > 8 || plans[g].r[0] > 0) {
-            return 0;
-        }
-    }
-    return terms <= SCH_TB_TERMS && taps <= SCH_TB_TAPS;
-}
-
 /* The launch's parameters: the stages' tables, the schedule, the
    pass's arrays. */
 static void

@@ -14,27 +14,7 @@
  */
 #pragma once
 #include "check.cuh"
-#include "scheme_plan.cuh"
-
-#define SCH_TB_COLUMNS 64     /* a region's width */
-#define SCH_TB_THREADS 512    /* 32 x 16 */
-#define SCH_TB_STAGES 4       /* stages of a scheme the pass takes */
-#define SCH_TB_INSTANCES 64   /* steps x stages of a pass */
-#define SCH_TB_TERMS 64       /* terms of all stages together */
-#define SCH_TB_TAPS 256       /* nonzero weights of all stages together */
-
-/* The slots of a pass, stage by stage (instance i = step x stages +
-   stage).  from[i][f]: the slot holding field f as instance i begins
-   (from[steps x stages]: after the pass); dst[i][j]: the slot update j
-   of the instance writes, -1 for a rename (nothing is written). */
-typedef struct sch_tb_schedule {
-    int steps;   /* of a full pass */
-    int rows;    /* the region's rows: 32 or 64 */
-    int halo[2]; /* rows and columns spent on each side */
-    int slots;   /* field slots in shared memory, K and scratch ones */
-    unsigned char from[SCH_TB_INSTANCES + 1][CS_SCHEME_MAX_FIELDS];
-    signed char dst[SCH_TB_INSTANCES][CS_SCHEME_MAX_FIELDS];
-} sch_tb_schedule;
+#include "../scheme_plan.h"
 
 /* What a call hands the passes: the scheme's stage plans and the run. */
 typedef struct sch_tb_call {
@@ -47,14 +27,6 @@ typedef struct sch_tb_call {
     cs_mode mode;
     double cval;
 } sch_tb_call;
-
-/* Bytes of shared memory a block of schedule `sc` takes. */
-size_t
-sch_tb_smem(const sch_tb_schedule *sc, int nparams);
-
-/* Can the passes take these plans at all (sizes of their tables)? */
-int
-sch_tb_fits(const sch_stage_plan *plans, int stages);
 
 /* One pass of `steps` (1..sc->steps) steps: fields from src[f], updated
    fields to dst[f] (NULL: a field no stage updates, not written); every

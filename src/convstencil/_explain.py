@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from . import _backends, _device, _engine, _model
+from ._scheme import Scheme
 from ._stencil import Stencil, resolve_weights
 
 _GPU_PATHS = {"cuda": "auto", "cuda-tc": "tensor-core",
@@ -308,12 +309,16 @@ def _common(shape, steps, mode, backend, path, depth, fused, unfused,
 
 
 def explain(grid_or_shape, stencil=None, *, weights=None, steps=1,
-            mode="constant", backend="auto", max_depth=None, rates=None):
+            mode=None, backend="auto", max_depth=None, rates=None):
     """The plan a run of `stencil` on `grid_or_shape` would follow, and
     the time the performance model predicts for it.
 
     `grid_or_shape` is a grid (NumPy or GPU array) or its shape; the
-    other arguments are apply()'s.  GPU backends ("cuda", "cuda-tc",
+    other arguments are apply()'s (mode None: "constant", or a scheme's
+    own).  `stencil` may be a Scheme: then `grid_or_shape` is the shape,
+    one grid or the tuple of grids, and the plan is the scheme engine's
+    (on the GPU its own choice of one-step or blocked passes,
+    csrc/scheme_plan.c).  GPU backends ("cuda", "cuda-tc",
     "cuda-core") are explained on any machine: without a GPU for an H100
     (the printout says the device is assumed).  `max_depth` caps the
     fused depth as CONVSTENCIL_CUDA_MAX_DEPTH does (None: that variable);
@@ -332,6 +337,10 @@ def explain(grid_or_shape, stencil=None, *, weights=None, steps=1,
     >>> print(convstencil.explain((4096, 4096), "heat2d", steps=100,
     ...                           backend="cuda"))
     """
+    if isinstance(stencil, Scheme):
+        return _explain_scheme(grid_or_shape, stencil, steps, mode, backend,
+                               rates)
+    mode = "constant" if mode is None else mode
     shape, transfers = _shape_of(grid_or_shape)
     w = np.ascontiguousarray(resolve_weights(stencil, weights, "explain()"),
                              dtype=np.float64)
@@ -354,6 +363,169 @@ def explain(grid_or_shape, stencil=None, *, weights=None, steps=1,
         fields = _explain_cpu_tc(shape, w, mode, steps, max_depth)
     fields["stencil"] = _stencil_name(stencil)
     return Explanation(fields)
+
+
+# ---------------------------------------------------------------------------
+# schemes
+
+# what an H100 block may opt in to: the planner's limit without a GPU
+_H100_SMEM_OPTIN = 232448
+
+
+def _scheme_costs(scheme):
+    """Per grid point and step of the one-step passes: (bytes read and
+    written, useful flops), from the scheme's tables: each stage reads
+    every field and parameter it needs once and writes its sums; a
+    stencil term costs 2 flops a nonzero tap, a monomial one multiply a
+    factor, a coefficient and the sum one each."""
+    t = scheme.tables()
+    k = len(scheme.fields)
+    nbytes, flops = 0.0, 0.0
+    for first_update, count in t["stages"]:
+        read, params, writes = set(), set(), 0
+        for target, first, nterms in t["updates"][first_update:
+                                                  first_update + count]:
+            rows = t["terms"][first:first + nterms]
+            rename = (nterms == 1 and rows[0][0] == 1 and rows[0][1] < 0
+                      and t["coefs"][first] == 1.0
+                      and sorted(rows[0][4:]) == [0] * (k - 1) + [1])
+            writes += not rename
+            for row in rows:
+                if row[1] >= 0:
+                    params.add(int(row[1]))
+                    flops += 1
+                if row[0] == 0:
+                    read.add(int(row[2]))
+                    flops += 2 * np.count_nonzero(t["stencils"][row[3]])
+                else:
+                    read.update(f for f in range(k) if row[4 + f])
+                    flops += int(sum(row[4:]))
+                flops += 2
+        nbytes += 8.0 * (len(read) + len(params) + writes)
+    return nbytes, flops
+
+
+def _scheme_shape(grid_or_shape):
+    """(shape, transfers) of a scheme's shape, grid or tuple of grids."""
+    if isinstance(grid_or_shape, (tuple, list)) and grid_or_shape and all(
+            hasattr(g, "shape") or _device.is_device_array(g)
+            for g in grid_or_shape):
+        grid_or_shape = grid_or_shape[0]
+    return _shape_of(grid_or_shape)
+
+
+def _explain_scheme(grid_or_shape, scheme, steps, mode, backend, rates):
+    shape, transfers = _scheme_shape(grid_or_shape)
+    steps = _engine.resolve_steps(steps)
+    mode = scheme.mode if mode is None else _engine.resolve_mode(mode)
+    backend = _engine.backend_name(backend)
+    if rates is not None and not isinstance(rates, dict):
+        raise TypeError("rates must be a dict, got %s"
+                        % type(rates).__name__)
+    if len(shape) != scheme.ndim:
+        raise ValueError("the scheme is %dD and the grid %dD (shape %r)"
+                         % (scheme.ndim, len(shape), shape))
+    if backend == "auto":
+        backend = "cuda" if transfers is False else _backends.best_backend()
+    if backend not in ("cuda", "cpu"):
+        raise ValueError("a scheme runs on backend 'cpu' or 'cuda', not %r"
+                         % backend)
+    nbytes, flops = _scheme_costs(scheme)
+    npts = float(np.prod(shape))
+    k, p = len(scheme.fields), len(scheme.params)
+    stages = len(scheme.tables()["stages"])
+    if backend == "cuda":
+        fields = _explain_scheme_gpu(shape, scheme, steps, rates, transfers,
+                                     nbytes, flops, npts, k, p, stages)
+    else:
+        fields = _explain_scheme_cpu(shape, steps, rates, nbytes, flops,
+                                     npts)
+    fields.update(mode=mode, stencil="scheme of %s (%d stage%s)" % (
+        ", ".join(f.name for f in scheme.fields), stages,
+        "" if stages == 1 else "s"))
+    return Explanation(fields)
+
+
+def _explain_scheme_gpu(shape, scheme, steps, rates, transfers, nbytes,
+                        flops, npts, k, p, stages):
+    rates = _model.gpu_rates(rates)
+    smem = _backends.cuda_plan_device()[1] or _H100_SMEM_OPTIN
+    plan = _engine.plan_scheme_device(shape, scheme.tables(), fields=k,
+                                      params=p, steps=steps,
+                                      smem_optin=smem)
+    blocked = plan["path"] == "scheme-blocked"
+    depth = plan["fused_depth"]
+    per = plan["blocked_seconds"] if blocked else plan["onestep_seconds"]
+    launches = -(-steps // depth) if blocked else steps * stages
+    seconds = (npts * steps * per + launches * rates["launch_seconds"]
+               if steps else 0.0)
+    memory = nbytes / (0.93 * rates["bandwidth"])
+    bound = ("shared memory" if blocked else
+             "memory" if plan["onestep_seconds"] <= 1.05 * memory
+             else "instructions")
+    if blocked:  # each array moved once a pass of `depth` steps
+        row = _model.Pass("blocked pass", plan["path"], launches, depth,
+                          (2 * k + p) * 8.0, flops * depth, flops * depth,
+                          "shared memory", seconds / max(launches, 1),
+                          bound)
+    else:
+        row = _model.Pass("step", plan["path"], steps, 1, nbytes, flops,
+                          flops, "FP64 units", seconds / max(steps, 1),
+                          bound)
+    fields = _common(shape, steps, None, "cuda", plan["path"], depth,
+                     launches if blocked else 0, 0 if blocked else steps,
+                     [row] if steps else [], seconds, bound)
+    device, assumed = _gpu_device()
+    moved = npts * 8.0
+    fields.update(device=device, device_assumed=assumed,
+                  pass_kind=plan["path"], band=None,
+                  transfer_seconds=(None if transfers is False else
+                                    (k + p) * moved / rates["h2d"]
+                                    + k * moved / rates["d2h"]))
+    alts = [{"path": "scheme", "runs": True, "reason": None,
+             "predicted_seconds": npts * steps * plan["onestep_seconds"],
+             "bound": None, "chosen": not blocked}]
+    if plan["blocked_seconds"]:
+        alts.append({"path": "scheme-blocked", "runs": True, "reason": None,
+                     "predicted_seconds": (npts * steps
+                                           * plan["blocked_seconds"]),
+                     "bound": "shared memory", "chosen": blocked})
+    else:
+        alts.append({"path": "scheme-blocked", "runs": False,
+                     "reason": "blocked passes take 2D grids of 2 steps or "
+                               "more and tables that fit the kernel",
+                     "predicted_seconds": None, "bound": None,
+                     "chosen": False})
+    fields["alternatives"] = alts
+    fields["model_agrees"] = True  # the engine's own choice
+    if blocked:
+        fields["notes"].append("blocked passes of %d rows and %d steps "
+                               "(%d bytes of shared memory a block)"
+                               % (plan["rows"], depth,
+                                  plan["shared_memory"]))
+    return fields
+
+
+def _explain_scheme_cpu(shape, steps, rates, nbytes, flops, npts):
+    rates = _model.cpu_rates(rates)
+    memory = npts * steps * nbytes / rates["bandwidth"]
+    compute = npts * steps * flops / rates["fp64_flops"]
+    seconds = max(memory, compute)
+    bound = "memory" if memory >= compute else "FP64 units"
+    row = _model.Pass("step", "scheme", steps, 1, nbytes, flops, flops,
+                      "FP64 units", seconds / max(steps, 1), bound)
+    fields = _common(shape, steps, None, "cpu", "scheme", 1, 0, steps,
+                     [row] if steps else [], seconds, bound)
+    fields.update(device="this CPU, %d thread(s): %.3g GB/s copy, %.3g "
+                  "GFLOP/s FP64 (measured)" % (
+                      rates["threads"], rates["bandwidth"] / 1e9,
+                      rates["fp64_flops"] / 1e9),
+                  device_assumed=False, pass_kind="scheme", band=None,
+                  transfer_seconds=None)
+    fields["notes"].append("the CPU scheme engine's time is modelled as "
+                           "its bytes at the copy rate or its flops, "
+                           "whichever is longer")
+    return fields
 
 
 # ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ python3 "$here/emu_build.py" "$out" --cflags "-g ${EMU_CFLAGS:-}" > /dev/null
 cxx=(g++ -std=c++20 -O2 -g -DCS_CUDA_EMULATION -I"$here" -I"$out" -Wall -Wextra
      -Wno-unused-parameter -Wno-unknown-pragmas "${flags[@]}")
 mkdir -p "$out/tests"
-for f in stencil layout host_copy plan scheme; do
+for f in stencil layout host_copy plan scheme scheme_plan; do
     # .c.o: csrc/scheme.c and csrc/cuda/scheme.cu share a name
     gcc -std=c99 -O2 -g -I"$out" "${flags[@]}" -c "$src/$f.c" -o "$out/$f.c.o"
 done

@@ -1,0 +1,195 @@
+/*
+ * scheme_plan.h -- the host's plan of a scheme's run on the GPU, in plain
+ * C so that every build has it (explain() prices GPU runs on machines
+ * without one): each stage's terms and nonzero weights as the kernels
+ * read them, which buffer holds each field and where each stage writes
+ * (the one-step passes, csrc/cuda/scheme.cu, and the slots of the
+ * blocked ones, csrc/cuda/scheme_tb.cu), and the choice between the two
+ * with its model of their cost.
+ */
+#ifndef CS_SCHEME_PLAN_H
+#define CS_SCHEME_PLAN_H
+
+#include "scheme.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SCH_MAX_SCRATCH (CS_SCHEME_MAX_FIELDS + 1)
+#define SCH_MAX_BUFFERS (2 * CS_SCHEME_MAX_FIELDS + SCH_MAX_SCRATCH)
+#define SCH_HISTORY 64   /* step states kept to find the period */
+#define SCH_GRID_YZ 65535 /* blocks of a launch along y and z */
+/* the largest tables a one-step launch carries: taps and terms a stage */
+#define SCH_LARGE_TAPS 512
+#define SCH_LARGE_TERMS 128
+
+/* blocked passes (scheme_tb.cu) */
+#define SCH_TB_COLUMNS 64     /* a region's width */
+#define SCH_TB_THREADS 512    /* 32 x 16 */
+#define SCH_TB_STAGES 4       /* stages of a scheme the pass takes */
+#define SCH_TB_INSTANCES 64   /* steps x stages of a pass */
+#define SCH_TB_TERMS 64       /* terms of all stages together */
+#define SCH_TB_TAPS 256       /* nonzero weights of all stages together */
+
+/* A term, as the kernel reads it. */
+typedef struct sch_term {
+    double coef;
+    int kind;       /* CS_TERM_STENCIL or CS_TERM_MONOMIAL */
+    int param;      /* the parameter field, -1: none */
+    int field;      /* stencil: the field correlated */
+    int tap0;       /* stencil: its taps, [tap0, tap0 + ntaps) */
+    int ntaps;
+    unsigned pow;   /* monomial: 4 bits of power per pointwise slot */
+} sch_term;
+
+/* An output of a launch: a sum of terms, or a copy of a pointwise slot
+   (a rename the last stage writes). */
+typedef struct sch_out {
+    int first_term;
+    int term_count;
+    int copy;       /* the slot copied, or -1: the sum */
+} sch_out;
+
+/* The plan of a stage: its updates, which are renames, the fields its
+   sums read through stencils and at the point, and its terms and taps. */
+typedef struct sch_stage_plan {
+    int count;                         /* its updates */
+    int target[CS_SCHEME_MAX_FIELDS];  /* per update: the field it sets */
+    int rename[CS_SCHEME_MAX_FIELDS];  /* per update: the field it copies
+                                          (a rename), or -1 (a sum) */
+    unsigned targets, stencil_read;    /* a bit per field */
+    sch_out out[CS_SCHEME_MAX_FIELDS]; /* per update: a sum's terms */
+    int npw;                           /* pointwise slots of its sums */
+    int pw_field[CS_SCHEME_MAX_FIELDS];
+    int r[3];
+    int nterms, ntaps;
+    sch_term *terms;                   /* nterms, host memory */
+    double *tap_w;                     /* ntaps each */
+    ptrdiff_t *tap_off;
+    int (*tap_d)[3];
+} sch_stage_plan;
+
+/* A grid as the one-step kernel indexes it: extents z, y, x and the
+   element strides of a row and a plane. */
+typedef struct sch_grid {
+    ptrdiff_t n[3];
+    ptrdiff_t sy, sz;
+} sch_grid;
+
+typedef struct sch_buffers {
+    double *ptr[SCH_MAX_BUFFERS];
+    unsigned char writable[SCH_MAX_BUFFERS]; /* an out or a scratch array */
+    int count;                      /* the caller's; scratch k: count + k */
+    int fields;
+    int out[CS_SCHEME_MAX_FIELDS];  /* the buffer of each field's out */
+} sch_buffers;
+
+typedef struct sch_state {
+    int cur[CS_SCHEME_MAX_FIELDS];  /* the buffer holding each field */
+    int scratch;                    /* scratch arrays in play */
+} sch_state;
+
+enum { SCH_SUM = 0, SCH_RENAME = 1, SCH_COPY = 2 };
+
+/* What one stage does: per update of the stage, how and where. */
+typedef struct sch_assign {
+    int how[CS_SCHEME_MAX_FIELDS];
+    int dst[CS_SCHEME_MAX_FIELDS];  /* SUM and COPY: the buffer written */
+    int from[CS_SCHEME_MAX_FIELDS]; /* each field's buffer as it began */
+} sch_assign;
+
+/* A copy at the end of the run. */
+typedef struct sch_move {
+    int from, to;
+} sch_move;
+
+/* The orders in which a sum away from the last stage looks for a buffer
+   (after its own, when free, in place): its field's out first (runs of
+   the right parity end in the outs), last (the other parity), or new
+   scratch arrays before any out (outs that are the ins swapped).  The
+   plan simulates each and keeps the one that ends with the fewest
+   copies. */
+enum { SCH_OWN_OUT_FIRST = 0, SCH_OWN_OUT_LAST, SCH_SCRATCH_FIRST,
+       SCH_ORDERS };
+
+/* The slots of a pass, stage by stage (instance i = step x stages +
+   stage).  from[i][f]: the slot holding field f as instance i begins
+   (from[steps x stages]: after the pass); dst[i][j]: the slot update j
+   of the instance writes, -1 for a rename (nothing is written). */
+typedef struct sch_tb_schedule {
+    int steps;   /* of a full pass */
+    int rows;    /* the region's rows: 32 or 64 */
+    int halo[2]; /* rows and columns spent on each side */
+    int slots;   /* field slots in shared memory, K and scratch ones */
+    unsigned char from[SCH_TB_INSTANCES + 1][CS_SCHEME_MAX_FIELDS];
+    signed char dst[SCH_TB_INSTANCES][CS_SCHEME_MAX_FIELDS];
+} sch_tb_schedule;
+
+/* ---- stages ---- */
+
+/* Stage gi's plan (sp->terms and the tap arrays allocated: free with
+   sch_stage_plan_free); `tap0` holds stencil_count ints of scratch.
+   CS_ERR_UNSUPPORTED beyond SCH_LARGE_TERMS terms or SCH_LARGE_TAPS
+   taps, CS_ERR_NOMEM; what was wrong in msg. */
+cs_status
+sch_stage_plan_make(const cs_scheme *s, int gi, const sch_grid *g, int *tap0,
+                    sch_stage_plan *sp, char *msg, size_t msg_len);
+
+void
+sch_stage_plan_free(sch_stage_plan *sp);
+
+/* The pointwise slot of field f among *npw, added when new. */
+int
+sch_pw_slot(int *npw, int *pw_field, int f);
+
+/* ---- buffers of the one-step passes ---- */
+
+/* The caller's buffer at p, added when new. */
+int
+sch_buffer_of(sch_buffers *B, double *p, int writable);
+
+/* Where stage sp writes from state st (updated); -1 if no buffer. */
+int
+sch_assign_stage(const sch_buffers *B, sch_state *st, const sch_stage_plan *sp,
+                 int final, int order, sch_assign *a);
+
+/* The copies that bring every field into its out; -1 if no scratch. */
+int
+sch_plan_moves(const sch_buffers *B, sch_state *st, sch_move *moves,
+               int *count);
+
+/* The buffer order whose run ends with the fewest copies; -1 if none. */
+int
+sch_choose_order(const sch_buffers *B, const sch_state *init,
+                 const sch_stage_plan *plans, int stages, long steps,
+                 int *scratch);
+
+/* ---- blocked passes and the choice ---- */
+
+/* Bytes of shared memory a block of schedule `sc` takes. */
+size_t
+sch_tb_smem(const sch_tb_schedule *sc, int nparams);
+
+/* Can the blocked passes take these plans at all (their tables)? */
+int
+sch_tb_fits(const sch_stage_plan *plans, int stages);
+
+/* The model's seconds a grid point and step of the one-step passes. */
+double
+sch_onestep_cost(const sch_stage_plan *plans, int stages);
+
+cs_status
+sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,
+                  const ptrdiff_t shape[3], long steps, int smem_optin,
+                  const char *setting, sch_tb_schedule *sc, int *blocked,
+                  double *onestep_cost, double *blocked_cost, char *msg,
+                  size_t msg_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CS_SCHEME_PLAN_H */

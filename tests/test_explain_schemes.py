@@ -1,0 +1,84 @@
+"""explain() of a PDE scheme: the plan is the engine's own (on the GPU
+csrc/scheme_plan.c's choice of one-step or blocked passes, through
+_core.plan_scheme_device, no GPU needed), the prediction the model's, the
+result prints.  That the choice is the one the engine then runs is
+checked on the GPU and the emulated build (test_gpu_small_schemes.py)."""
+import numpy as np
+import pytest
+
+import convstencil as cs
+
+
+def gray_scott():
+    u, v = cs.fields("u v")
+    L = cs.laplacian(2)
+    return cs.Scheme({u: u + 0.2 * L(u) - u * v**2 + 0.04 * (1 - u),
+                      v: v + 0.1 * L(v) + u * v**2 - 0.1 * v}, mode="wrap")
+
+
+def wave(ndim=2):
+    u, up = cs.fields("u up")
+    return cs.Scheme({u: 2 * u - up + 0.15 * cs.laplacian(ndim)(u), up: u})
+
+
+def test_cpu_explains_bytes_and_flops_of_a_step():
+    e = cs.explain((256, 256), gray_scott(), steps=100, backend="cpu")
+    assert e.backend == "cpu" and e.path == "scheme" and e.steps == 100
+    assert e.mode == "wrap"  # the scheme's own
+    # u and v read, u and v written, once a step
+    assert e.bytes_per_point_per_step == 32
+    assert e.flops_per_point_per_step > 2 * 2 * 5  # two 5-point stencils
+    assert e.predicted_seconds > 0 and e.bound in ("memory", "FP64 units")
+    assert "scheme of u, v" in str(e)
+
+
+def test_gpu_plan_of_a_wave_is_blocked_on_an_h100():
+    # the model prices the 2D wave's blocked passes below its one-step
+    # passes (benchmarks/results/h100_schemes_blocked.md measured 145.0
+    # against 112.9 G point updates/s)
+    e = cs.explain((10240, 10240), wave(), steps=48, backend="cuda")
+    assert e.path == "scheme-blocked" and e.fused_depth >= 2
+    assert e.fused_passes == -(-48 // e.fused_depth)
+    chosen = [a for a in e.alternatives if a["chosen"]]
+    assert [a["path"] for a in chosen] == ["scheme-blocked"]
+    one = next(a for a in e.alternatives if a["path"] == "scheme")
+    assert one["predicted_seconds"] > chosen[0]["predicted_seconds"]
+    assert e.transfer_seconds > 0  # a shape: shown as for NumPy grids
+
+
+def test_gpu_plan_keeps_one_step_passes_where_blocking_does_not_pay():
+    e = cs.explain((10240, 10240), gray_scott(), steps=48, backend="cuda")
+    assert e.path == "scheme" and e.fused_depth == 1
+    assert e.unfused_steps == 48
+    e3 = cs.explain((128, 128, 128), wave(3), steps=10, backend="cuda")
+    assert e3.path == "scheme"  # blocked passes are 2D only
+    blocked = next(a for a in e3.alternatives
+                   if a["path"] == "scheme-blocked")
+    assert not blocked["runs"] and "2D" in blocked["reason"]
+
+
+def test_the_setting_that_forces_passes_is_honoured(monkeypatch):
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "32x3")
+    e = cs.explain((500, 700), gray_scott(), steps=10, backend="cuda")
+    assert e.path == "scheme-blocked" and e.fused_depth == 3
+    assert e.fused_passes == 4
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "off")
+    assert cs.explain((500, 700), wave(), steps=10,
+                      backend="cuda").path == "scheme"
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "sideways")
+    with pytest.raises(ValueError, match="CONVSTENCIL_SCHEME_BLOCK"):
+        cs.explain((500, 700), wave(), steps=10, backend="cuda")
+
+
+def test_grids_and_arguments():
+    grids = (np.zeros((40, 50)), np.zeros((40, 50)))
+    e = cs.explain(grids, wave(), steps=3, backend="cpu")
+    assert e.shape == (40, 50) and e.mode == "constant"
+    assert cs.explain((40, 50), gray_scott(), mode="reflect",
+                      backend="cpu").mode == "reflect"
+    with pytest.raises(ValueError, match="2D"):
+        cs.explain((40, 50, 6), wave(), backend="cpu")
+    with pytest.raises(ValueError, match="backend"):
+        cs.explain((40, 50), wave(), backend="cpu-tc")
+    with pytest.raises(ValueError):
+        cs.explain((40, 50), wave(), steps=-1, backend="cpu")
