@@ -660,18 +660,21 @@ stage_accesses(const sch_stage_plan *sp)
 }
 
 /* The one-step passes' model: each stage reads every array it needs and
-   writes its sums once, at SCH_ONESTEP_DRAM (93% of the copy floor, what
-   the 2D waves reach), or spends its work at SCH_ONESTEP_WORK, whichever
-   is longer (Gray-Scott's seven monomials: its taps and factors as bytes,
-   through L1 and registers).  Fitted to the H100's one-step passes
-   (h100_schemes_blocked.md: within 4% for the 2D presets; the 3D wave
-   runs 26% slower than its bytes, which the model does not see). */
-#define SCH_ONESTEP_DRAM (0.93 * SCH_TB_DRAM)
+   writes its sums once, at a fraction of the copy floor, or spends its
+   work at SCH_ONESTEP_WORK, whichever is longer (Gray-Scott's seven
+   monomials: its taps and factors as bytes, through L1 and registers).
+   The fraction is what the one-step kernel's tiles reach: 93% in 2D (the
+   waves), 69% in 3D (a tile of 32 x 8 points walking 4 planes reads its
+   neighbours' planes and rows again).  Fitted to the H100's one-step
+   passes (h100_schemes_blocked.md, h100_schemes_explain.md). */
+#define SCH_ONESTEP_DRAM_2D (0.93 * SCH_TB_DRAM)
+#define SCH_ONESTEP_DRAM_3D (0.69 * SCH_TB_DRAM)
 #define SCH_ONESTEP_WORK 11.9e12
 
 /* Seconds a grid point and step of the one-step passes. */
 double
-sch_onestep_cost(const sch_stage_plan *plans, int stages)
+sch_onestep_cost(const sch_stage_plan *plans, int stages,
+                 const ptrdiff_t shape[3])
 {
     double bytes = 0.0, work = 0.0;
     for (int g = 0; g < stages; g++) {
@@ -693,7 +696,8 @@ sch_onestep_cost(const sch_stage_plan *plans, int stages)
                         + writes);
         work += 8.0 * stage_accesses(sp);
     }
-    const double memory = bytes / SCH_ONESTEP_DRAM;
+    const double memory =
+        bytes / (shape[0] > 1 ? SCH_ONESTEP_DRAM_3D : SCH_ONESTEP_DRAM_2D);
     const double compute = work / SCH_ONESTEP_WORK;
     return memory > compute ? memory : compute;
 }
@@ -749,7 +753,7 @@ sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,
                   size_t msg_len)
 {
     *blocked = 0;
-    const double one = sch_onestep_cost(plans, s->stage_count);
+    const double one = sch_onestep_cost(plans, s->stage_count, shape);
     if (onestep_cost != NULL) {
         *onestep_cost = one;
     }

@@ -177,9 +177,11 @@ sch_tb_smem(const sch_tb_schedule *sc, int nparams);
 int
 sch_tb_fits(const sch_stage_plan *plans, int stages);
 
-/* The model's seconds a grid point and step of the one-step passes. */
+/* The model's seconds a grid point and step of the one-step passes on
+   a grid of `shape` (z, y, x). */
 double
-sch_onestep_cost(const sch_stage_plan *plans, int stages);
+sch_onestep_cost(const sch_stage_plan *plans, int stages,
+                 const ptrdiff_t shape[3]);
 
 cs_status
 sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,

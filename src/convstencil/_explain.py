@@ -459,7 +459,10 @@ def _explain_scheme_gpu(shape, scheme, steps, rates, transfers, nbytes,
     launches = -(-steps // depth) if blocked else steps * stages
     seconds = (npts * steps * per + launches * rates["launch_seconds"]
                if steps else 0.0)
-    memory = nbytes / (0.93 * rates["bandwidth"])
+    # the fraction of the copy floor the one-step tiles reach
+    # (csrc/scheme_plan.c): 2D 93%, 3D 69%
+    floor = 0.69 if len(shape) == 3 and shape[0] > 1 else 0.93
+    memory = nbytes / (floor * rates["bandwidth"])
     bound = ("shared memory" if blocked else
              "memory" if plan["onestep_seconds"] <= 1.05 * memory
              else "instructions")
