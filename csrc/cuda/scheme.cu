@@ -706,6 +706,30 @@ launch(cs_cuda_ctx *ctx, const sch_geom *g, const sch_stage_plan *sp,
         ctx, g, sp, a, B, params, s->param_count, mode, cval);
 }
 
+/* Where the call waits (timed: on the lane's own stream), the device
+   time of its steps into info. */
+static cs_status
+finish_timing(cs_cuda_ctx *ctx, sch_run *run, int timed, cs_run_info *info)
+{
+    if (!timed) {
+        return CS_OK;
+    }
+    CS_CUDA_CHECK(ctx, cudaEventRecord(run->apply.lane->loop_stop,
+                                       ctx->stream),
+                  "cudaEventRecord (scheme end)");
+    CS_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream),
+                  "cudaStreamSynchronize (end of the scheme)");
+    float ms = 0.0f;
+    CS_CUDA_CHECK(ctx,
+                  cudaEventElapsedTime(&ms, run->apply.lane->loop_start,
+                                       run->apply.lane->loop_stop),
+                  "cudaEventElapsedTime (scheme)");
+    if (info != NULL) {
+        info->device_seconds = 1e-3 * (double)ms;
+    }
+    return CS_OK;
+}
+
 /* Can the blocked passes end in these outs?  Not where an out is the
    in of another field that no stage updates: the final copies would
    clobber that in before it is copied. */
@@ -872,22 +896,7 @@ run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
         info->fused_passes = passes;
         info->unfused_steps = 0;
     }
-    if (timed) {
-        CS_CUDA_CHECK(ctx, cudaEventRecord(run->apply.lane->loop_stop,
-                                           ctx->stream),
-                      "cudaEventRecord (scheme end)");
-        CS_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream),
-                      "cudaStreamSynchronize (end of the scheme)");
-        float ms = 0.0f;
-        CS_CUDA_CHECK(ctx,
-                      cudaEventElapsedTime(&ms, run->apply.lane->loop_start,
-                                           run->apply.lane->loop_stop),
-                      "cudaEventElapsedTime (scheme)");
-        if (info != NULL) {
-            info->device_seconds = 1e-3 * (double)ms;
-        }
-    }
-    return CS_OK;
+    return finish_timing(ctx, run, timed, info);
 }
 
 /* Plan, take a lane and the scratch arrays, run the steps, copy what is
@@ -1007,22 +1016,7 @@ run_scheme(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
                                       cudaMemcpyDeviceToDevice, ctx->stream),
                       "cudaMemcpyAsync (a field into its out)");
     }
-    if (timed) {
-        CS_CUDA_CHECK(ctx, cudaEventRecord(run->apply.lane->loop_stop,
-                                           ctx->stream),
-                      "cudaEventRecord (scheme end)");
-        CS_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream),
-                      "cudaStreamSynchronize (end of the scheme)");
-        float ms = 0.0f;
-        CS_CUDA_CHECK(ctx,
-                      cudaEventElapsedTime(&ms, run->apply.lane->loop_start,
-                                           run->apply.lane->loop_stop),
-                      "cudaEventElapsedTime (scheme)");
-        if (info != NULL) {
-            info->device_seconds = 1e-3 * (double)ms;
-        }
-    }
-    return CS_OK;
+    return finish_timing(ctx, run, timed, info);
 }
 
 cs_status
