@@ -905,29 +905,33 @@ cuda_info(PyObject *self, PyObject *noargs)
 }
 
 PyDoc_STRVAR(cuda_device_caps_doc,
-"cuda_device_caps() -> {'cc_major': int, 'sms': int, 'smem_optin': int}\n"
+"cuda_device_caps() -> {'cc_major': int, 'sms': int, 'smem_optin': int,\n"
+"                       'image_arch': int}\n"
 "\n"
 "The current device's facts the planner reads: compute capability\n"
-"major, multiprocessors, and the shared memory (bytes) a block may opt\n"
-"in to.  Raises RuntimeError where the CUDA engine cannot run.");
+"major, multiprocessors, the shared memory (bytes) a block may opt\n"
+"in to, and the architecture of the kernel image the device runs (90:\n"
+"compiled from compute_90).  Raises RuntimeError where the CUDA engine\n"
+"cannot run.");
 
 static PyObject *
 cuda_device_caps(PyObject *self, PyObject *noargs)
 {
 #ifdef CS_HAVE_CUDA
-    int cc_major = 0, sms = 0, smem_optin = 0;
+    int cc_major = 0, sms = 0, smem_optin = 0, image_arch = 0;
     char msg[256] = "";
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = cs_cuda_device_caps(&cc_major, &sms, &smem_optin, msg,
-                                 sizeof(msg));
+    status = cs_cuda_device_caps(&cc_major, &sms, &smem_optin, &image_arch,
+                                 msg, sizeof(msg));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
         PyErr_Format(PyExc_RuntimeError, "CUDA device: %s", msg);
         return NULL;
     }
-    return Py_BuildValue("{s:i,s:i,s:i}", "cc_major", cc_major, "sms", sms,
-                         "smem_optin", smem_optin);
+    return Py_BuildValue("{s:i,s:i,s:i,s:i}", "cc_major", cc_major, "sms",
+                         sms, "smem_optin", smem_optin, "image_arch",
+                         image_arch);
 #else
     no_cuda_engine();
     return NULL;

@@ -195,6 +195,11 @@ def test_backends_and_device_description():
     assert built and count >= 1
     caps = cs._core.cuda_device_caps()
     assert caps["cc_major"] >= 8 and caps["sms"] >= 1
+    # the image the device runs: its own architecture's, or the PTX of an
+    # older one (build_tools/cuda_arch.py); on sm_90 the full kernels
+    assert 80 <= caps["image_arch"] <= 10 * caps["cc_major"] + 9
+    if caps["cc_major"] == 9:
+        assert caps["image_arch"] == 90
     free, total = cs._core.cuda_mem_info()
     assert 0 < free <= total
     if EMULATED_CUDA:

@@ -42,6 +42,8 @@ typedef struct cs_cuda_ctx {
     int sms;              /* multiprocessors */
     int smem_optin;       /* shared memory (bytes) a block may opt into */
     int cc_major;         /* compute capability, major */
+    int image_arch;       /* the architecture the device's kernel image
+                             was compiled for (90: from compute_90) */
     const cs_interrupt *intr; /* the caller's stop request, polled per
                                  pass (may be NULL) */
 } cs_cuda_ctx;

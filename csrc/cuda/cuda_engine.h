@@ -36,13 +36,15 @@ cs_cuda_device_count(char *msg, size_t msg_len);
 
 /*
  * The current device's facts the planner reads (csrc/plan.h's cs_caps):
- * compute capability major, multiprocessors, and the shared memory a
- * block may opt in to (bytes); cached per device.  CS_OK, or
+ * compute capability major, multiprocessors, the shared memory a block
+ * may opt in to (bytes), and the architecture of the kernel image the
+ * device runs (90: compiled from compute_90; kernels.cuh says what an
+ * older image leaves out); cached per device.  CS_OK, or
  * CS_ERR_NO_DEVICE / CS_ERR_CUDA with the reason in `msg`.
  */
 cs_status
-cs_cuda_device_caps(int *cc_major, int *sms, int *smem_optin, char *msg,
-                    size_t msg_len);
+cs_cuda_device_caps(int *cc_major, int *sms, int *smem_optin,
+                    int *image_arch, char *msg, size_t msg_len);
 
 /*
  * The calling thread's current CUDA device (cudaGetDevice) in `*device`;

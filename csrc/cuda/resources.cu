@@ -16,9 +16,16 @@
 
 typedef struct device_facts {
     int known;
-    int sms, smem_optin, cc_major;
+    int sms, smem_optin, cc_major, image_arch;
     size_t total_bytes; /* the device's memory */
 } device_facts;
+
+/* Never launched: its attributes say which of the build's images the
+   device runs (every .cu file is compiled for the same architectures). */
+static __global__ void
+image_probe(void)
+{
+}
 
 static pthread_mutex_t cache_mutex = PTHREAD_MUTEX_INITIALIZER;
 static device_facts facts[MAX_DEVICES];
@@ -69,6 +76,11 @@ cs_cuda_device_facts(cs_cuda_ctx *ctx)
         if (e != cudaSuccess) {
             return cs_cuda_fail(ctx, e, "cudaDeviceGetAttribute");
         }
+        cudaFuncAttributes attr;
+        CS_CUDA_CHECK(ctx, cudaFuncGetAttributes(&attr, image_probe),
+                      "cudaFuncGetAttributes (the kernel image's "
+                      "architecture)");
+        f.image_arch = attr.ptxVersion;
         size_t free_bytes = 0;
         CS_CUDA_CHECK(ctx, cudaMemGetInfo(&free_bytes, &f.total_bytes),
                       "cudaMemGetInfo");
@@ -80,12 +92,13 @@ cs_cuda_device_facts(cs_cuda_ctx *ctx)
     ctx->sms = f.sms;
     ctx->smem_optin = f.smem_optin;
     ctx->cc_major = f.cc_major;
+    ctx->image_arch = f.image_arch;
     return CS_OK;
 }
 
 cs_status
-cs_cuda_device_caps(int *cc_major, int *sms, int *smem_optin, char *msg,
-                    size_t msg_len)
+cs_cuda_device_caps(int *cc_major, int *sms, int *smem_optin,
+                    int *image_arch, char *msg, size_t msg_len)
 {
     cs_cuda_ctx ctx;
     memset(&ctx, 0, sizeof(ctx));
@@ -96,6 +109,7 @@ cs_cuda_device_caps(int *cc_major, int *sms, int *smem_optin, char *msg,
         *cc_major = ctx.cc_major;
         *sms = ctx.sms;
         *smem_optin = ctx.smem_optin;
+        *image_arch = ctx.image_arch;
     }
     return status;
 }

@@ -135,8 +135,9 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.out_flag = out_flag;
     memcpy(p.w, k->host_weights, sizeof(double) * side * side);
     /* the checks cost about 5% of the kernel's rate (H100, heat2d at
-       depth 8): passes that need no flag run without them */
-    return in_flag != NULL || out_flag != NULL
+       depth 8): passes that need no flag run without them, where the
+       image has that form (kernels.cuh) */
+    return in_flag != NULL || out_flag != NULL || cs_cuda_checked_only(ctx)
                ? tbs_dispatch<true>(ctx, &p, side, depth, shape)
                : tbs_dispatch<false>(ctx, &p, side, depth, shape);
 }

@@ -521,56 +521,63 @@ template <int V, int R, int T, int SHAPE, bool FLAGS>
 __global__ void __launch_bounds__(TS_WARPS * 32, TS_MIN_BLOCKS)
 tbs_kernel(tbs_params p)
 {
-    constexpr int SW = 32 * V;
-    constexpr int M = (R * T + V - 1) / V * V; /* margin, whole lanes */
-    constexpr int OWN = SW - 2 * M;
-    static_assert(OWN > 0, "tb2d: margins wider than the strip");
-    extern __shared__ double smem[];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const ptrdiff_t item = (ptrdiff_t)blockIdx.x * TS_WARPS + warp;
-    if (item >= p.items) {
-        return; /* the whole warp: nothing below waits on other warps */
-    }
-    double *ring = smem + (warp * TS_RING * SW + lane * V);
-    ptrdiff_t strip, seg, z;
-    item_place(p, item, &strip, &seg, &z);
-    const ptrdiff_t ox = cs_tile_origin(strip, OWN, p.nx) - M;
-    tbs_strip<V> s;
-    s.src = p.in + z * p.in_plane;
-    s.dst = p.out + z * p.out_plane;
-    s.gx0 = ox + lane * V;
-    s.y0 = seg * p.seg_rows;
-    s.y1 = s.y0 + p.seg_rows < p.ny ? s.y0 + p.seg_rows : p.ny;
-    s.stores = lane >= M / V && lane < (SW - M) / V;
-    unsigned bad = 0; /* bit 0: an input value, bit 1: a result value is
-                         not finite (checked where the flags are given) */
-    tbs_params q = p;
-    weights_in_registers<R, SHAPE>(p, lane, q);
-    if (ox >= 0 && ox + SW <= p.nx) {
-        stream_strip<V, R, T, SHAPE, FLAGS, false, false, tbs_unroll(R)>(
-            q, s, ring, bad);
-    } else if (p.mode == CS_MODE_WRAP) { /* columns read mapped, all real */
-        stream_strip<V, R, T, SHAPE, FLAGS, false, true, tbs_unroll(R)>(
-            q, s, ring, bad);
+    if constexpr (CS_CHECKED_ONLY_IMAGE && !FLAGS) {
+        __trap(); /* never launched there (kernels.cuh) */
     } else {
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            const ptrdiff_t g = s.gx0 + j;
-            const ptrdiff_t m = cs_extend_index(g, p.nx, p.mode) - ox;
-            s.xsrc[j] = g >= 0 && g < p.nx ? -1
-                        : (int)(m < 0 ? 0 : m < SW ? m : SW - 1);
+        constexpr int SW = 32 * V;
+        constexpr int M = (R * T + V - 1) / V * V; /* margin, whole lanes */
+        constexpr int OWN = SW - 2 * M;
+        static_assert(OWN > 0, "tb2d: margins wider than the strip");
+        extern __shared__ double smem[];
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        const ptrdiff_t item = (ptrdiff_t)blockIdx.x * TS_WARPS + warp;
+        if (item >= p.items) {
+            return; /* the whole warp: nothing below waits on other
+                       warps */
         }
-        stream_strip<V, R, T, SHAPE, FLAGS, true, true, tbs_unroll(R)>(
-            q, s, ring, bad);
-    }
-    cs_copy_wait<0>();
-    /* every writer writes 1: no ordering needed, and none in the common,
-       finite case */
-    if ((bad & 1u) && p.in_flag != nullptr) {
-        *p.in_flag = 1;
-    }
-    if ((bad & 2u) && p.out_flag != nullptr) {
-        *p.out_flag = 1;
+        double *ring = smem + (warp * TS_RING * SW + lane * V);
+        ptrdiff_t strip, seg, z;
+        item_place(p, item, &strip, &seg, &z);
+        const ptrdiff_t ox = cs_tile_origin(strip, OWN, p.nx) - M;
+        tbs_strip<V> s;
+        s.src = p.in + z * p.in_plane;
+        s.dst = p.out + z * p.out_plane;
+        s.gx0 = ox + lane * V;
+        s.y0 = seg * p.seg_rows;
+        s.y1 = s.y0 + p.seg_rows < p.ny ? s.y0 + p.seg_rows : p.ny;
+        s.stores = lane >= M / V && lane < (SW - M) / V;
+        unsigned bad = 0; /* bit 0: an input value, bit 1: a result value
+                             is not finite (checked where the flags are
+                             given) */
+        tbs_params q = p;
+        weights_in_registers<R, SHAPE>(p, lane, q);
+        if (ox >= 0 && ox + SW <= p.nx) {
+            stream_strip<V, R, T, SHAPE, FLAGS, false, false, tbs_unroll(R)>(
+                q, s, ring, bad);
+        } else if (p.mode == CS_MODE_WRAP) {
+            /* columns read mapped, all real */
+            stream_strip<V, R, T, SHAPE, FLAGS, false, true, tbs_unroll(R)>(
+                q, s, ring, bad);
+        } else {
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const ptrdiff_t g = s.gx0 + j;
+                const ptrdiff_t m = cs_extend_index(g, p.nx, p.mode) - ox;
+                s.xsrc[j] = g >= 0 && g < p.nx ? -1
+                            : (int)(m < 0 ? 0 : m < SW ? m : SW - 1);
+            }
+            stream_strip<V, R, T, SHAPE, FLAGS, true, true, tbs_unroll(R)>(
+                q, s, ring, bad);
+        }
+        cs_copy_wait<0>();
+        /* every writer writes 1: no ordering needed, and none in the
+           common, finite case */
+        if ((bad & 1u) && p.in_flag != nullptr) {
+            *p.in_flag = 1;
+        }
+        if ((bad & 2u) && p.out_flag != nullptr) {
+            *p.out_flag = 1;
+        }
     }
 }
 

@@ -715,8 +715,8 @@ stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
 /* One block per tile and segment of planes; tiles at a side edge run
    the mapped variant. */
 template <int T, int SHAPE, bool FLAGS>
-__global__ void __launch_bounds__(T3_THREADS, 1)
-tb3d_kernel(const tb3_params p)
+static __device__ __forceinline__ void
+tb3d_body(const tb3_params p)
 {
     constexpr int M = T;
     constexpr int OWNX = T3_TX - 2 * M, OWNY = T3_TY - 2 * M;
@@ -766,6 +766,17 @@ tb3d_kernel(const tb3_params p)
     }
     if ((bad & 2u) && p.out_flag != nullptr) {
         *p.out_flag = 1;
+    }
+}
+
+template <int T, int SHAPE, bool FLAGS>
+__global__ void __launch_bounds__(T3_THREADS, 1)
+tb3d_kernel(const tb3_params p)
+{
+    if constexpr (CS_CHECKED_ONLY_IMAGE && !FLAGS) {
+        __trap(); /* never launched there (kernels.cuh) */
+    } else {
+        tb3d_body<T, SHAPE, FLAGS>(p);
     }
 }
 
@@ -858,7 +869,8 @@ cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.in_flag = in_flag;
     p.out_flag = out_flag;
     memcpy(p.w, k->host_weights, sizeof(p.w));
-    const bool flags = in_flag != NULL || out_flag != NULL;
+    const bool flags = in_flag != NULL || out_flag != NULL
+                       || cs_cuda_checked_only(ctx);
     if (shape == T3_STAR) {
         return flags ? tb3_depth<T3_STAR, true, CS_TB3D_MAX_DEPTH>(ctx, &p, depth)
                      : tb3_depth<T3_STAR, false, CS_TB3D_MAX_DEPTH>(ctx, &p, depth);

@@ -109,7 +109,7 @@ struct cudaDeviceProp {
     char name[256];
     int major, minor, multiProcessorCount;
 };
-struct cudaFuncAttributes { int maxThreadsPerBlock; };
+struct cudaFuncAttributes { int maxThreadsPerBlock, ptxVersion; };
 
 const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaGetLastError(void);
@@ -201,6 +201,7 @@ template <class F>
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F *)
 {
     a->maxThreadsPerBlock = 1024;
+    a->ptxVersion = 90; /* the emulated kernels are the full sources */
     return cudaSuccess;
 }
 
