@@ -516,25 +516,26 @@ exit:
 
 const char cs_py_plan_scheme_device_doc[] =
     "plan_scheme_device(shape, stencils, coefs, terms, updates, stages,\n"
-    "                   fields, params, steps, smem_optin) -> dict\n"
+    "                   fields, params, mode, steps, smem_optin) -> dict\n"
     "\n"
     "The passes the GPU engine would run for `steps` steps of a scheme of\n"
     "`fields` fields and `params` parameter fields on a grid of `shape`\n"
     "(the tables as run_scheme_device takes them), with blocks of at most\n"
     "smem_optin bytes of shared memory, and the model's price of each\n"
     "(csrc/scheme_plan.c, the engine's own choice; CONVSTENCIL_SCHEME_BLOCK\n"
-    "is honoured).  Needs no GPU.  Returns path ('scheme' or\n"
-    "'scheme-blocked'), fused_depth (steps a pass), rows (of a blocked\n"
-    "pass's region; 0 for one-step passes), onestep_seconds and\n"
-    "blocked_seconds (the model's, a grid point and step; blocked 0 where\n"
-    "no blocked pass fits), shared_memory (bytes a blocked block takes).";
+    "is honoured) under boundary mode `mode` (a MODE_* code).  Needs no\n"
+    "GPU.  Returns path ('scheme', 'scheme-blocked' or 'scheme-streamed'),\n"
+    "fused_depth (steps a pass), rows (of a blocked pass's region; 0\n"
+    "otherwise), onestep_seconds, blocked_seconds and streamed_seconds\n"
+    "(the model's, a grid point and step; 0 where no such pass fits),\n"
+    "shared_memory (bytes a blocked block takes).";
 
 PyObject *
 cs_py_plan_scheme_device(PyObject *self, PyObject *args)
 {
     PyObject *shape_obj, *stencils_obj, *coefs_obj, *terms_obj;
     PyObject *updates_obj, *stages_obj;
-    int nfields, nparams, smem_optin;
+    int nfields, nparams, mode, smem_optin;
     long steps;
     scheme_tables tab;
     sch_stage_plan *plans = NULL;
@@ -544,18 +545,20 @@ cs_py_plan_scheme_device(PyObject *self, PyObject *args)
     (void)self;
 
     tables_init(&tab);
-    if (!PyArg_ParseTuple(args, "OO!OOOOiili:plan_scheme_device", &shape_obj,
-                          &PyTuple_Type, &stencils_obj, &coefs_obj,
-                          &terms_obj, &updates_obj, &stages_obj, &nfields,
-                          &nparams, &steps, &smem_optin)) {
+    if (!PyArg_ParseTuple(args, "OO!OOOOiiili:plan_scheme_device",
+                          &shape_obj, &PyTuple_Type, &stencils_obj,
+                          &coefs_obj, &terms_obj, &updates_obj, &stages_obj,
+                          &nfields, &nparams, &mode, &steps, &smem_optin)) {
         return NULL;
     }
     if (nfields < 1 || nfields > CS_SCHEME_MAX_FIELDS || nparams < 0
-        || nparams > CS_SCHEME_MAX_PARAMS || steps < 0 || smem_optin < 0) {
+        || nparams > CS_SCHEME_MAX_PARAMS || steps < 0 || smem_optin < 0
+        || mode < 0 || mode >= CS_MODE_COUNT) {
         PyErr_Format(PyExc_ValueError, "plan_scheme_device: %d fields (1 to "
-                     "%d), %d parameter fields (0 to %d), steps %ld and "
-                     "smem_optin %d (>= 0)", nfields, CS_SCHEME_MAX_FIELDS,
-                     nparams, CS_SCHEME_MAX_PARAMS, steps, smem_optin);
+                     "%d), %d parameter fields (0 to %d), mode %d, steps "
+                     "%ld and smem_optin %d (>= 0)", nfields,
+                     CS_SCHEME_MAX_FIELDS, nparams, CS_SCHEME_MAX_PARAMS,
+                     mode, steps, smem_optin);
         return NULL;
     }
     ptrdiff_t shape[3];
@@ -588,24 +591,30 @@ cs_py_plan_scheme_device(PyObject *self, PyObject *args)
             goto exit;
         }
     }
-    sch_tb_schedule sc;
-    int blocked = 0;
-    double onestep = 0.0, blocked_cost = 0.0;
+    sch_passes *plan = malloc(sizeof(sch_passes));
+    if (plan == NULL) {
+        PyErr_NoMemory();
+        goto exit;
+    }
     const cs_status st = sch_choose_passes(
-        s, plans, shape, steps, smem_optin,
-        getenv("CONVSTENCIL_SCHEME_BLOCK"), &sc, &blocked, &onestep,
-        &blocked_cost, msg, sizeof(msg));
+        s, plans, shape, (cs_mode)mode, steps, smem_optin,
+        getenv("CONVSTENCIL_SCHEME_BLOCK"), plan, msg, sizeof(msg));
     if (st != CS_OK) {
+        free(plan);
         cs_py_raise_status(st, "cuda", msg);
         goto exit;
     }
+    static const char *const paths[] = {"scheme", "scheme-blocked",
+                                        "scheme-streamed"};
+    const int blocked = plan->kind == SCH_PASSES_BLOCKED;
     result = Py_BuildValue(
-        "{s:s,s:i,s:i,s:d,s:d,s:n}", "path",
-        blocked ? "scheme-blocked" : "scheme", "fused_depth",
-        blocked ? sc.steps : 1, "rows", blocked ? sc.rows : 0,
-        "onestep_seconds", onestep, "blocked_seconds", blocked_cost,
+        "{s:s,s:i,s:i,s:d,s:d,s:d,s:n}", "path", paths[plan->kind],
+        "fused_depth", plan->depth, "rows", blocked ? plan->sc.rows : 0,
+        "onestep_seconds", plan->onestep_cost, "blocked_seconds",
+        plan->blocked_cost, "streamed_seconds", plan->stream_cost,
         "shared_memory",
-        (Py_ssize_t)(blocked ? sch_tb_smem(&sc, nparams) : 0));
+        (Py_ssize_t)(blocked ? sch_tb_smem(&plan->sc, nparams) : 0));
+    free(plan);
 
 exit:
     for (int gi = 0; plans != NULL && gi < made; gi++) {

@@ -4,6 +4,7 @@
  * model that chooses between one-step and blocked passes.
  */
 #include "scheme_plan.h"
+#include "plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,235 @@ sch_stage_plan_make(const cs_scheme *s, int gi, const sch_grid *g, int *tap0,
     return CS_OK;
 }
 
+
+/* ------------------------------------------------------------------------
+ * streamed passes: the regrouped sums (scheme_plan.h)
+ * --------------------------------------------------------------------- */
+
+/* The pattern of a 3 x 3 tap set (bit 3 dy + dx + 4 for dy, dx in -1..1). */
+static int
+stream_kind(unsigned mask)
+{
+    const unsigned centre = 1u << 4, plus = 0x0bau, box = 0x1ffu;
+    return mask == 0         ? SST_NONE
+           : mask == centre  ? SST_CENTRE
+           : mask == plus    ? SST_PLUS
+           : mask == box     ? SST_BOX
+                             : SST_MASK;
+}
+
+/* Add coef times stencil k's nonzero weights to group (i, c, f); 0 if k
+   is wider than 3 x 3 or meets a tap the group has. */
+static int
+stream_add_stencil(sch_stream_tables *t, int i, int c, int f,
+                   const cs_kernel *k, double coef)
+{
+    const ptrdiff_t ry = cs_kernel_radius(k, 1), rx = cs_kernel_radius(k, 2);
+    if (k->size[0] != 1 || ry > 1 || rx > 1) {
+        return 0;
+    }
+    for (ptrdiff_t y = 0; y < k->size[1]; y++) {
+        for (ptrdiff_t x = 0; x < k->size[2]; x++) {
+            const double w = k->weights[y * k->size[2] + x];
+            if (w == 0.0) {
+                continue; /* never multiplies data: scipy.ndimage */
+            }
+            const int bit = (int)(3 * (y - ry + 1) + (x - rx + 1));
+            if ((t->mask[i][c][f] >> bit) & 1u) {
+                return 0; /* two terms on one tap: kept apart elsewhere */
+            }
+            t->mask[i][c][f] |= 1u << bit;
+            t->w[i][c][f][bit] = coef * w;
+        }
+    }
+    return 1;
+}
+
+/* The one field of a monomial of degree one, or -1. */
+static int
+linear_field(const cs_scheme *s, const cs_term *term)
+{
+    int field = -1, degree = 0;
+    for (int f = 0; f < s->field_count; f++) {
+        degree += term->power[f];
+        field = term->power[f] == 1 ? f : field;
+    }
+    return degree == 1 ? field : -1;
+}
+
+/* The scaled sum's parameter for the update at kernel field i: the one
+   parameter any of its stencil terms carries (-1: none); -2 for two. */
+static int
+stream_scale_param(const cs_scheme *s, const cs_update *u)
+{
+    int q = -1;
+    for (int t = u->first_term; t < u->first_term + u->term_count; t++) {
+        const cs_term *term = &s->terms[t];
+        if (term->kind == CS_TERM_STENCIL && term->param >= 0) {
+            if (q >= 0 && term->param != q) {
+                return -2;
+            }
+            q = term->param;
+        }
+    }
+    return q;
+}
+
+/* Update u's terms into kernel field i's groups (field f of the scheme
+   is kernel field pos[f]); 0 where a term does not fit. */
+static int
+stream_add_update(const cs_scheme *s, const cs_update *u, const int *pos,
+                  int i, sch_stream_tables *t)
+{
+    for (int n = u->first_term; n < u->first_term + u->term_count; n++) {
+        const cs_term *term = &s->terms[n];
+        const int c = term->param >= 0 ? 1 : 0;
+        if (c == 1 && term->param != t->scale_param[i]
+            && term->kind == CS_TERM_STENCIL) {
+            return 0;
+        }
+        if (term->kind == CS_TERM_STENCIL) {
+            if (!stream_add_stencil(t, i, c, pos[term->field],
+                                    &s->stencils[term->stencil],
+                                    term->coef)) {
+                return 0;
+            }
+            continue;
+        }
+        const int lf = linear_field(s, term);
+        if (lf >= 0 && (c == 0 || term->param == t->scale_param[i])) {
+            int *n = &t->ncentre[i][c][pos[lf]];
+            if (*n == SST_CENTRES) {
+                return 0;
+            }
+            t->centre[i][c][pos[lf]][(*n)++] = term->coef;
+            continue;
+        }
+        int degree = 0;
+        for (int f = 0; f < s->field_count; f++) {
+            degree += term->power[f];
+        }
+        if (degree == 0 && c == 0) {
+            t->constant[i] += term->coef;
+            continue;
+        }
+        const int m = t->npw[i];
+        if (m == SST_POINTWISE) {
+            return 0;
+        }
+        t->pw_coef[i][m] = term->coef;
+        t->pw_param[i][m] = term->param;
+        for (int f = 0; f < s->field_count; f++) {
+            t->pw_power[i][m][pos[f]] = term->power[f];
+        }
+        t->npw[i] = m + 1;
+        t->pointwise = 1;
+    }
+    return 1;
+}
+
+unsigned long long
+sch_stream_signature(const sch_stream_tables *t)
+{
+    const int K = t->fields;
+    unsigned long long sig = 0;
+    for (int i = 0; i < K; i++) {
+        for (int c = 0; c < 2; c++) {
+            for (int f = 0; f < K; f++) {
+                sig |= SST_GROUP(t->kind[i][c][f], t->ncentre[i][c][f],
+                                 (i * 2 + c) * K + f);
+            }
+        }
+    }
+    return sig;
+}
+
+int
+sch_stream_max_depth(const sch_stream_tables *t)
+{
+    /* the levels each instance of scheme_stream.cu's kernel holds (its
+       dispatch): about 48 doubles of partial rows a lane, more where
+       the patterns are compiled in and nothing spills */
+    const unsigned long long sig = sch_stream_signature(t);
+    const int pw = t->pointwise != 0;
+    if (t->fields == 1) {
+        if (t->scaled) {
+            return pw ? 3 : 4;
+        }
+        return pw ? 6 : 8;
+    }
+    switch (t->scaled) {
+    case 0:
+        return pw ? 4 : 8;
+    case 1:
+        return pw ? 3 : sig == SST_SIG_WAVE_SCALED ? 6 : 4;
+    default:
+        return 2;
+    }
+}
+
+int
+sch_stream_tables_make(const cs_scheme *s, cs_mode mode,
+                       sch_stream_tables *t)
+{
+    memset(t, 0, sizeof(*t));
+    const int K = s->field_count;
+    if (s->ndim != 2 || s->stage_count != 1 || K > SST_FIELDS
+        || (mode != CS_MODE_WRAP && mode != CS_MODE_CONSTANT)) {
+        return 0;
+    }
+    const cs_stage *stage = &s->stages[0];
+    const cs_update *upd[SST_FIELDS] = {NULL, NULL};
+    int scale[SST_FIELDS];
+    for (int j = 0; j < stage->update_count; j++) {
+        const cs_update *u = &s->updates[stage->first_update + j];
+        upd[u->target] = u;
+    }
+    /* fields with a scaled sum first */
+    int pos[SST_FIELDS];
+    for (int f = 0; f < K; f++) {
+        scale[f] = upd[f] != NULL ? stream_scale_param(s, upd[f]) : -1;
+        if (scale[f] == -2) {
+            return 0;
+        }
+        if (scale[f] >= 0) {
+            pos[f] = t->scaled++;
+        }
+    }
+    int next = t->scaled;
+    for (int f = 0; f < K; f++) {
+        if (scale[f] < 0) {
+            pos[f] = next++;
+        }
+    }
+    t->fields = K;
+    for (int f = 0; f < K; f++) {
+        const int i = pos[f];
+        t->order[i] = f;
+        t->updated[i] = upd[f] != NULL;
+        t->scale_param[i] = scale[f];
+        for (int m = 0; m < SST_POINTWISE; m++) {
+            t->pw_param[i][m] = -1;
+        }
+    }
+    for (int f = 0; f < K; f++) {
+        const int i = pos[f];
+        if (upd[f] == NULL) { /* kept: its own value */
+            t->ncentre[i][0][i] = 1;
+            t->centre[i][0][i][0] = 1.0;
+        } else if (!stream_add_update(s, upd[f], pos, i, t)) {
+            return 0;
+        }
+    }
+    for (int i = 0; i < K; i++) {
+        for (int c = 0; c < 2; c++) {
+            for (int f = 0; f < K; f++) {
+                t->kind[i][c][f] = stream_kind(t->mask[i][c][f]);
+            }
+        }
+    }
+    return 1;
+}
 
 /* ------------------------------------------------------------------------
  * buffers: which holds each field, and where a stage writes
@@ -733,92 +963,169 @@ tb_cost(int smem_optin, const sch_stage_plan *plans, int stages,
            / ((double)sc->steps * tile);
 }
 
-/*
- * The passes of a 2D-or-other scheme's run: sc gets the blocked pass
- * shape the model prices lowest and *blocked is 1 where it pays (below
- * 0.9 of the one-step passes), else 0.  *onestep_cost and *blocked_cost
- * (when not NULL) get the model's seconds a grid point and step of each
- * (the blocked one 0 where none fits).  `setting` is
- * CONVSTENCIL_SCHEME_BLOCK (NULL: unset): "off", or "ROWSxSTEPS" (32 or
- * 64 rows) to force that pass wherever it fits (steps beyond the call's
- * are cut to them); anything else is CS_ERR_INVALID.  Blocked passes
- * take 2D grids, at most 4 stages and 8 updates a stage, a block of
- * shared memory no larger than smem_optin.
- */
+/* The model's streamed pass (scheme_stream.cu) of tables t at `depth`
+   steps, a grid point and step: the fields and parameters read and the
+   updated fields written once a pass, over the strip's own columns, at
+   90% of the copy floor, or its operations at SST_OP_RATE, whichever
+   takes longer.  Operations, a level and point: a multiply-add per tap
+   and centre coefficient, SST_OPS_FIELD per field (its shuffles and
+   moves), SST_OPS_PARAM per parameter read, and a pointwise term
+   SST_OPS_TERM plus SST_OPS_FACTOR per field (its powers are multiplied
+   in as run-time counts).  Fitted on the H100 (10240^2, 48 steps,
+   h100_schemes_streamed.md): the leapfrog wave at depth 6 (368 G/s, the
+   model 356), with a velocity field (207, 203), Gray-Scott at depth 4
+   (91, 93). */
+#define SST_COLUMNS 64
+#define SST_DRAM (0.9 * SCH_TB_DRAM)
+#define SST_OP_RATE 7.0e12
+#define SST_OPS_FIELD 4
+#define SST_OPS_PARAM 12
+#define SST_OPS_TERM 6
+#define SST_OPS_FACTOR 8
+static double
+stream_cost(const sch_stream_tables *t, int nparams, int depth)
+{
+    const int margin = (depth + 1) / 2 * 2;
+    const double waste = (double)SST_COLUMNS / (SST_COLUMNS - 2 * margin);
+    int updated = 0, ops = 0;
+    for (int i = 0; i < t->fields; i++) {
+        updated += t->updated[i];
+        for (int c = 0; c < 2; c++) {
+            for (int f = 0; f < t->fields; f++) {
+                ops += __builtin_popcount(t->mask[i][c][f])
+                       + t->ncentre[i][c][f];
+            }
+        }
+        ops += SST_OPS_FIELD + (t->scale_param[i] >= 0 ? SST_OPS_PARAM : 0);
+        for (int m = 0; m < t->npw[i]; m++) {
+            ops += SST_OPS_TERM + SST_OPS_FACTOR * t->fields
+                   + (t->pw_param[i][m] >= 0 ? SST_OPS_PARAM : 0);
+        }
+    }
+    const double mem = 8.0 * (t->fields + nparams + updated) * waste
+                       / (SST_DRAM * depth);
+    const double work = ops * waste / SST_OP_RATE;
+    return mem > work ? mem : work;
+}
+
+/* The streamed passes' depth, forced or the deepest (0: none taken). */
+static int
+stream_choice(const cs_scheme *s, const ptrdiff_t shape[3], cs_mode mode,
+              long steps, int force, sch_stream_tables *t, double *cost)
+{
+    *cost = 0.0;
+    if (shape[0] != 1 || shape[1] < CS_TB2D_MIN_EXTENT
+        || shape[2] < CS_TB2D_MIN_EXTENT || steps < 1
+        || !sch_stream_tables_make(s, mode, t)) {
+        return 0;
+    }
+    const int top = sch_stream_max_depth(t);
+    if (force > 0) {
+        const int k = force < top ? force : top;
+        *cost = stream_cost(t, s->param_count, k);
+        return k;
+    }
+    /* the deepest the instance holds: on the H100 each preset ran
+       fastest there or within 0.1% of it (h100_schemes_streamed.md),
+       while the model, a maximum of two bounds, overrates the shallow
+       passes of the schemes with parameters or pointwise terms */
+    const int k = steps < top ? (int)steps : top;
+    *cost = stream_cost(t, s->param_count, k);
+    return k;
+}
+
 cs_status
 sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,
-                  const ptrdiff_t shape[3], long steps, int smem_optin,
-                  const char *setting, sch_tb_schedule *sc, int *blocked,
-                  double *onestep_cost, double *blocked_cost, char *msg,
-                  size_t msg_len)
+                  const ptrdiff_t shape[3], cs_mode mode, long steps,
+                  int smem_optin, const char *setting, sch_passes *out,
+                  char *msg, size_t msg_len)
 {
-    *blocked = 0;
+    memset(out, 0, sizeof(*out));
+    out->kind = SCH_PASSES_ONESTEP;
+    out->depth = 1;
     const double one = sch_onestep_cost(plans, s->stage_count, shape);
-    if (onestep_cost != NULL) {
-        *onestep_cost = one;
-    }
-    if (blocked_cost != NULL) {
-        *blocked_cost = 0.0;
-    }
-    int force_rows = 0, force_k = 0;
+    out->onestep_cost = one;
+    int force_rows = 0, force_k = 0, force_stream = 0, no_stream = 0;
     if (setting != NULL && setting[0] != '\0') {
+        char tail = 0;
         if (strcmp(setting, "off") == 0) {
             return CS_OK;
-        }
-        char tail = 0;
-        if (sscanf(setting, "%dx%d%c", &force_rows, &force_k, &tail) != 2
-            || (force_rows != 32 && force_rows != 64) || force_k < 1) {
-            cs_say(msg, msg_len, "CONVSTENCIL_SCHEME_BLOCK must be off or "
-                                 "ROWSxSTEPS (ROWS 32 or 64), not \"%s\"",
+        } else if (strcmp(setting, "nostream") == 0) {
+            no_stream = 1;
+        } else if (sscanf(setting, "stream%d%c", &force_stream, &tail) == 1
+                   && force_stream >= 1) {
+            /* forced below, where streamed passes are taken */
+        } else if (sscanf(setting, "%dx%d%c", &force_rows, &force_k, &tail)
+                       != 2
+                   || (force_rows != 32 && force_rows != 64)
+                   || force_k < 1) {
+            cs_say(msg, msg_len, "CONVSTENCIL_SCHEME_BLOCK must be off, "
+                                 "nostream, streamN or ROWSxSTEPS (ROWS 32 "
+                                 "or 64), not \"%s\"",
                    setting);
             return CS_ERR_INVALID;
         }
     }
+    double scost = 0.0;
+    const int sdepth =
+        force_rows != 0 || no_stream
+            ? 0
+            : stream_choice(s, shape, mode, steps, force_stream,
+                            &out->stream, &scost);
+    out->stream_cost = scost;
     const int K = s->field_count;
     unsigned updated = 0;
     for (int g = 0; g < s->stage_count; g++) {
         updated |= plans[g].targets;
     }
-    if (shape[0] != 1 || shape[1] < 2 || steps < 2
-        || !sch_tb_fits(plans, s->stage_count)) {
-        return CS_OK;
-    }
     double best = 0.0;
     int found = 0;
-    for (int rows = 32; rows <= 64; rows *= 2) {
-        for (int k = 1; k <= 16 && k <= steps; k++) {
-            const int want_k = force_k < steps ? force_k : (int)steps;
-            if (force_rows != 0 && (rows != force_rows || k != want_k)) {
-                continue;
-            }
-            sch_tb_schedule cand;
-            if (tb_schedule_make(plans, s->stage_count, K, k, rows, &cand)
-                < 0) {
-                continue;
-            }
-            const int tile_rows = rows - 2 * cand.halo[0];
-            const int tile_cols = SCH_TB_COLUMNS - 2 * cand.halo[1];
-            if (tile_rows < 8 || tile_cols < 16
-                || (shape[1] + tile_rows - 1) / tile_rows > SCH_GRID_YZ
-                || sch_tb_smem(&cand, s->param_count) > (size_t)smem_optin) {
-                continue;
-            }
-            const double c = tb_cost(smem_optin, plans, s->stage_count, K,
-                                     s->param_count,
-                                     __builtin_popcount(updated), &cand);
-            if (!found || c < best) {
-                best = c;
-                *sc = cand;
-                found = 1;
+    if (shape[0] == 1 && shape[1] >= 2 && steps >= 2
+        && sch_tb_fits(plans, s->stage_count)) {
+        for (int rows = 32; rows <= 64; rows *= 2) {
+            for (int k = 1; k <= 16 && k <= steps; k++) {
+                const int want_k = force_k < steps ? force_k : (int)steps;
+                if (force_rows != 0 && (rows != force_rows || k != want_k)) {
+                    continue;
+                }
+                sch_tb_schedule cand;
+                if (tb_schedule_make(plans, s->stage_count, K, k, rows,
+                                     &cand)
+                    < 0) {
+                    continue;
+                }
+                const int tile_rows = rows - 2 * cand.halo[0];
+                const int tile_cols = SCH_TB_COLUMNS - 2 * cand.halo[1];
+                if (tile_rows < 8 || tile_cols < 16
+                    || (shape[1] + tile_rows - 1) / tile_rows > SCH_GRID_YZ
+                    || sch_tb_smem(&cand, s->param_count)
+                           > (size_t)smem_optin) {
+                    continue;
+                }
+                const double c = tb_cost(smem_optin, plans, s->stage_count,
+                                         K, s->param_count,
+                                         __builtin_popcount(updated), &cand);
+                if (!found || c < best) {
+                    best = c;
+                    out->sc = cand;
+                    found = 1;
+                }
             }
         }
     }
-    if (blocked_cost != NULL && found) {
-        *blocked_cost = best;
+    out->blocked_cost = found ? best : 0.0;
+    if (sdepth > 0 && (force_stream > 0 || (scost < one
+                                            && (!found || scost < best)))) {
+        out->kind = SCH_PASSES_STREAMED;
+        out->depth = sdepth;
+        return CS_OK;
     }
     /* forced where it fits; else where it pays (one step a pass is the
        one-step passes with more halo) */
-    *blocked = found && (force_rows != 0
-                         || (sc->steps >= 2 && best <= 0.9 * one));
+    if (found && (force_rows != 0
+                  || (out->sc.steps >= 2 && best <= 0.9 * one))) {
+        out->kind = SCH_PASSES_BLOCKED;
+        out->depth = out->sc.steps;
+    }
     return CS_OK;
 }

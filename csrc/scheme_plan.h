@@ -128,6 +128,83 @@ typedef struct sch_tb_schedule {
     signed char dst[SCH_TB_INSTANCES][CS_SCHEME_MAX_FIELDS];
 } sch_tb_schedule;
 
+/* Streamed passes (scheme_stream.cu): a one-stage 2D scheme of up to
+   SST_FIELDS fields whose stencils fit 3 x 3, under wrap or constant,
+   carried through several steps in registers.  Each update's sum is
+   regrouped per field read, plain or scaled by the update's one
+   parameter field: its stencil terms (their taps apart, each weight
+   times its term's coefficient) as one 3 x 3 pattern, and its terms
+   linear in that field at the point as up to SST_CENTRES coefficients of
+   its centre, each multiplied on its own (summed weights would turn the
+   reference's Inf - Inf = NaN into a finite weight times Inf); a number
+   alone is a constant; the rest (products, powers, parameter fields at
+   the point) stay pointwise terms. */
+#define SST_FIELDS 2     /* fields of a streamed scheme */
+#define SST_POINTWISE 8  /* pointwise terms an update keeps */
+#define SST_CENTRES 3    /* centre coefficients a group keeps */
+enum { SST_NONE = 0, SST_CENTRE, SST_PLUS, SST_BOX, SST_MASK };
+
+typedef struct sch_stream_tables {
+    int fields;                    /* K */
+    int scaled;                    /* updates with a scaled sum: the
+                                      kernel's fields 0 .. scaled - 1 */
+    int pointwise;                 /* some update keeps pointwise terms */
+    int order[SST_FIELDS];         /* kernel field i is field order[i] */
+    int updated[SST_FIELDS];       /* kernel field i is written */
+    int scale_param[SST_FIELDS];   /* the parameter of i's scaled sum */
+    /* [update i][0 plain, 1 scaled][field f read]: the taps' pattern
+       (SST_*), their bits (row-major, dy then dx) and weights */
+    int kind[SST_FIELDS][2][SST_FIELDS];
+    unsigned mask[SST_FIELDS][2][SST_FIELDS];
+    double w[SST_FIELDS][2][SST_FIELDS][9];
+    int ncentre[SST_FIELDS][2][SST_FIELDS];
+    double centre[SST_FIELDS][2][SST_FIELDS][SST_CENTRES];
+    double constant[SST_FIELDS];
+    int npw[SST_FIELDS];
+    double pw_coef[SST_FIELDS][SST_POINTWISE];
+    int pw_param[SST_FIELDS][SST_POINTWISE];       /* -1: none */
+    unsigned char pw_power[SST_FIELDS][SST_POINTWISE][SST_FIELDS];
+} sch_stream_tables;
+
+/* The patterns of every group of tables t as one number: 5 bits a
+   group (the pattern, and its centre coefficients' count times 8),
+   group (i, c, f) at bit 5 ((2 i + c) K + f). */
+unsigned long long
+sch_stream_signature(const sch_stream_tables *t);
+
+/* Signatures scheme_stream.cu compiles with their patterns fixed (a
+   push per group known while compiling: no branches, no shuffles for a
+   field read at its centre alone): the leapfrog wave (u: L(u), u, up;
+   up: u), the wave with a velocity field (the Laplacian scaled), two
+   fields each diffusing (reaction-diffusion), one field under a plus or
+   a 3 x 3 box. */
+#define SST_GROUP(kind, centres, g)                                          \
+    ((unsigned long long)((kind) | (centres) << 3) << (5 * (g)))
+#define SST_SIG_WAVE                                                         \
+    (SST_GROUP(SST_PLUS, 1, 0) | SST_GROUP(SST_NONE, 1, 1)                   \
+     | SST_GROUP(SST_NONE, 1, 4))
+#define SST_SIG_WAVE_SCALED                                                  \
+    (SST_GROUP(SST_NONE, 1, 0) | SST_GROUP(SST_NONE, 1, 1)                   \
+     | SST_GROUP(SST_PLUS, 0, 2) | SST_GROUP(SST_NONE, 1, 4))
+#define SST_SIG_DIFFUSING_PAIR                                               \
+    (SST_GROUP(SST_PLUS, 2, 0) | SST_GROUP(SST_PLUS, 2, 5))
+#define SST_SIG_DIFFUSING_PAIR_MERGED /* like terms summed: 0.96 u */      \
+    (SST_GROUP(SST_PLUS, 1, 0) | SST_GROUP(SST_PLUS, 1, 5))
+#define SST_SIG_PLUS SST_GROUP(SST_PLUS, 1, 0)
+#define SST_SIG_PLUS_REACTING SST_GROUP(SST_PLUS, 2, 0)
+#define SST_SIG_BOX SST_GROUP(SST_BOX, 1, 0)
+
+/* The most steps a streamed pass of tables t carries (the registers
+   of its kernel instance hold that many levels). */
+int
+sch_stream_max_depth(const sch_stream_tables *t);
+
+/* The tables of a streamed pass of scheme s under `mode`; 0 when the
+   scheme is not one streamed passes take. */
+int
+sch_stream_tables_make(const cs_scheme *s, cs_mode mode,
+                       sch_stream_tables *t);
+
 /* ---- stages ---- */
 
 /* Stage gi's plan (sp->terms and the tap arrays allocated: free with
@@ -183,12 +260,33 @@ double
 sch_onestep_cost(const sch_stage_plan *plans, int stages,
                  const ptrdiff_t shape[3]);
 
+/* The passes a run takes (sch_choose_passes). */
+typedef struct sch_passes {
+    int kind;                  /* SCH_PASSES_ONESTEP, _BLOCKED, _STREAMED */
+    int depth;                 /* steps a blocked or streamed pass */
+    sch_tb_schedule sc;        /* BLOCKED: the schedule */
+    sch_stream_tables stream;  /* STREAMED: the tables */
+    /* the model's seconds a grid point and step of each kind (0 where
+       none fits) */
+    double onestep_cost, blocked_cost, stream_cost;
+} sch_passes;
+
+enum { SCH_PASSES_ONESTEP = 0, SCH_PASSES_BLOCKED, SCH_PASSES_STREAMED };
+
+/*
+ * The passes of a scheme's run under `mode`: streamed where they are
+ * taken and the model prices them lowest, else blocked where they pay
+ * (below 0.9 of the one-step passes), else one-step.  `setting` is
+ * CONVSTENCIL_SCHEME_BLOCK (NULL: unset): "off" (one-step), "ROWSxSTEPS"
+ * (32 or 64 rows: that blocked pass wherever it fits), "streamN" (N
+ * steps a streamed pass, wherever they are taken), "nostream" (the
+ * choice without streamed passes); anything else is CS_ERR_INVALID.
+ */
 cs_status
 sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,
-                  const ptrdiff_t shape[3], long steps, int smem_optin,
-                  const char *setting, sch_tb_schedule *sc, int *blocked,
-                  double *onestep_cost, double *blocked_cost, char *msg,
-                  size_t msg_len);
+                  const ptrdiff_t shape[3], cs_mode mode, long steps,
+                  int smem_optin, const char *setting, sch_passes *out,
+                  char *msg, size_t msg_len);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 """explain() of a PDE scheme: the plan is the engine's own (on the GPU
-csrc/scheme_plan.c's choice of one-step or blocked passes, through
+csrc/scheme_plan.c's choice of one-step, blocked or streamed passes, through
 _core.plan_scheme_device, no GPU needed), the prediction the model's, the
 result prints.  That the choice is the one the engine then runs is
 checked on the GPU and the emulated build (test_gpu_small_schemes.py)."""
@@ -32,29 +32,49 @@ def test_cpu_explains_bytes_and_flops_of_a_step():
     assert "scheme of u, v" in str(e)
 
 
-def test_gpu_plan_of_a_wave_is_blocked_on_an_h100():
-    # the model prices the 2D wave's blocked passes below its one-step
-    # passes (benchmarks/results/h100_schemes_blocked.md measured 145.0
-    # against 112.9 G point updates/s)
+def test_gpu_plan_of_a_wave_is_streamed_on_an_h100():
+    # the 2D wave under constant: streamed passes as deep as the kernel
+    # holds, priced below the blocked and one-step passes
+    # (benchmarks/results/h100_schemes_streamed.md)
     e = cs.explain((10240, 10240), wave(), steps=48, backend="cuda")
+    assert e.path == "scheme-streamed" and e.fused_depth == 8
+    assert e.fused_passes == 6
+    chosen = [a for a in e.alternatives if a["chosen"]]
+    assert [a["path"] for a in chosen] == ["scheme-streamed"]
+    for other in ("scheme", "scheme-blocked"):
+        alt = next(a for a in e.alternatives if a["path"] == other)
+        assert alt["predicted_seconds"] > chosen[0]["predicted_seconds"]
+    assert e.transfer_seconds > 0  # a shape: shown as for NumPy grids
+    assert "streamed passes of 8 steps" in str(e)
+    # steps fewer than the depth: one pass of them
+    e = cs.explain((10240, 10240), wave(), steps=3, backend="cuda")
+    assert (e.path, e.fused_depth, e.fused_passes) == ("scheme-streamed",
+                                                       3, 1)
+
+
+def test_gpu_plan_blocks_a_wave_the_streamed_passes_do_not_take():
+    # nearest: no streamed passes; the model prices the blocked passes
+    # below the one-step ones (h100_schemes_blocked.md measured 145.0
+    # against 112.9 G point updates/s)
+    e = cs.explain((10240, 10240), wave(), steps=48, mode="nearest",
+                   backend="cuda")
     assert e.path == "scheme-blocked" and e.fused_depth >= 2
     assert e.fused_passes == -(-48 // e.fused_depth)
-    chosen = [a for a in e.alternatives if a["chosen"]]
-    assert [a["path"] for a in chosen] == ["scheme-blocked"]
-    one = next(a for a in e.alternatives if a["path"] == "scheme")
-    assert one["predicted_seconds"] > chosen[0]["predicted_seconds"]
-    assert e.transfer_seconds > 0  # a shape: shown as for NumPy grids
+    streamed = next(a for a in e.alternatives
+                    if a["path"] == "scheme-streamed")
+    assert not streamed["runs"] and "wrap or constant" in streamed["reason"]
 
 
 def test_gpu_plan_keeps_one_step_passes_where_blocking_does_not_pay():
-    e = cs.explain((10240, 10240), gray_scott(), steps=48, backend="cuda")
+    e = cs.explain((10240, 10240), gray_scott(), steps=48, mode="nearest",
+                   backend="cuda")
     assert e.path == "scheme" and e.fused_depth == 1
     assert e.unfused_steps == 48
     e3 = cs.explain((128, 128, 128), wave(3), steps=10, backend="cuda")
-    assert e3.path == "scheme"  # blocked passes are 2D only
-    blocked = next(a for a in e3.alternatives
-                   if a["path"] == "scheme-blocked")
-    assert not blocked["runs"] and "2D" in blocked["reason"]
+    assert e3.path == "scheme"  # blocked and streamed passes are 2D only
+    for other in ("scheme-blocked", "scheme-streamed"):
+        alt = next(a for a in e3.alternatives if a["path"] == other)
+        assert not alt["runs"] and "2D" in alt["reason"]
 
 
 def test_the_setting_that_forces_passes_is_honoured(monkeypatch):
@@ -65,6 +85,13 @@ def test_the_setting_that_forces_passes_is_honoured(monkeypatch):
     monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "off")
     assert cs.explain((500, 700), wave(), steps=10,
                       backend="cuda").path == "scheme"
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "stream3")
+    e = cs.explain((500, 700), gray_scott(), steps=10, backend="cuda")
+    assert (e.path, e.fused_depth, e.fused_passes) == ("scheme-streamed",
+                                                       3, 4)
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "nostream")
+    assert cs.explain((500, 700), wave(), steps=10,
+                      backend="cuda").path != "scheme-streamed"
     monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "sideways")
     with pytest.raises(ValueError, match="CONVSTENCIL_SCHEME_BLOCK"):
         cs.explain((500, 700), wave(), steps=10, backend="cuda")

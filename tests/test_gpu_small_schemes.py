@@ -251,6 +251,150 @@ def test_blocked_pass_setting_is_checked(rng, monkeypatch):
         cs.apply(grids, gray_scott(2), steps=4)
 
 
+# Streamed passes (csrc/cuda/scheme_stream.cu): one-stage 2D schemes of
+# one or two fields, stencils within 3 x 3, wrap or constant.  Each entry:
+# the scheme, its parameter fields, the deepest pass its kernel holds
+# (sch_stream_max_depth).  The leapfrog waves, the diffusing pair and the
+# plain heat run kernels with their patterns compiled in; the others the
+# kernel that reads them at run time.
+def plain_wave():
+    u, up = cs.fields("u up")
+    return cs.Scheme({u: 2 * u - up + 0.2 * cs.laplacian(2)(u), up: u})
+
+
+def damped_wave_box():
+    # a 3 x 3 box and a damping term: patterns read at run time
+    u, up = cs.fields("u up")
+    box = cs.Stencil(weights=np.arange(1.0, 10.0).reshape(3, 3) / 50)
+    return cs.Scheme({u: 1.9 * u - 0.9 * up + box(u) - 0.3 * u, up: u})
+
+
+def heat_with_source():
+    h = cs.fields("h")
+    s = cs.param("s")
+    return cs.Scheme({h: h + 0.2 * cs.laplacian(2)(h) + s})
+
+
+def advection_reaction():
+    # a one-sided and a central difference (taps of no pattern), a
+    # parameter alone and times a field, a cube
+    h = cs.fields("h")
+    s = cs.param("s")
+    dx = cs.Stencil(weights=[[0.0, -1.0, 1.0]])
+    dy = cs.Stencil(weights=[[-0.5], [0.0], [0.5]])
+    return cs.Scheme({h: h - 0.1 * dx(h) - 0.05 * dy(h) + 0.02 * s * h
+                      - 0.01 * h ** 3 + s})
+
+
+def scaled_diffusion():
+    # a conductivity field times the Laplacian, a kept field
+    h, k = cs.fields("h k")
+    s = cs.param("s")
+    return cs.Scheme({h: h + s * cs.laplacian(2)(h) + 0.1 * k * h})
+
+
+STREAM_SCHEMES = {
+    "wave": (plain_wave, (), 8),
+    "wave-velocity": (lambda: wave(2), ("c2",), 6),
+    "gray-scott": (lambda: gray_scott(2), (), 4),
+    "damped-wave-box": (damped_wave_box, (), 8),
+    "heat-source": (heat_with_source, ("s",), 6),
+    "advection-reaction": (advection_reaction, ("s",), 6),
+    "scaled-diffusion": (scaled_diffusion, ("s",), 3),
+}
+
+
+@pytest.mark.parametrize("mode", ["wrap", "constant"])
+@pytest.mark.parametrize("name", sorted(STREAM_SCHEMES))
+def test_streamed_passes_against_the_reference(rng, monkeypatch, name, mode):
+    # forced depths (the last pass of a call may be shallower), grids of
+    # one strip and of several, odd extents, non-finite values
+    make, pnames, top = STREAM_SCHEMES[name]
+    scheme = make()
+    for depth in sorted({1, 2, 3, top}):
+        monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "stream%d" % depth)
+        for shape, steps in [((16, 16), 5), ((23, 41), 7), ((70, 131), 11)]:
+            hosts = tuple(rng.uniform(0.0, 1.0, shape)
+                          for _ in scheme.fields)
+            if shape == (23, 41):
+                hosts[0][0, 0] = np.nan
+                hosts[0][11, 20] = np.inf
+                hosts[-1][22, 40] = -np.inf
+            params = {p: rng.uniform(0.0, 0.3, shape) for p in pnames}
+            grids = tuple(device_array(h) for h in hosts)
+            out = cs.apply(grids, scheme, steps=steps, mode=mode, cval=0.4,
+                           params={p: device_array(v)
+                                   for p, v in params.items()})
+            info = cs.last_run_info()
+            what = dict(scheme=name, mode=mode, depth=depth, shape=shape)
+            assert info["path"] == "scheme-streamed", what
+            assert info["fused_depth"] == min(depth, top), what
+            assert info["fused_passes"] == -(-steps // min(depth, top))
+            want = reference.scheme_apply(hosts, scheme, steps, params,
+                                          mode=mode, cval=0.4)
+            for k, (o, w) in enumerate(zip(out, want)):
+                got = host_of(o)
+                np.testing.assert_array_equal(np.isnan(got), np.isnan(w),
+                                              err_msg=repr(what))
+                inf = np.isinf(w)
+                np.testing.assert_array_equal(got[inf], w[inf],
+                                              err_msg=repr(what))
+                fin = np.isfinite(w)
+                assert_close(got[fin], w[fin], dict(what, field=k))
+            for g, h in zip(grids, hosts):
+                np.testing.assert_array_equal(g.get(), h)
+
+
+@pytest.mark.parametrize("outs", ["in place", "swapped", "fresh"])
+def test_streamed_passes_out(rng, outs):
+    # the engine's own choice (streamed, 6 steps a pass) with outs that
+    # are the ins, the ins swapped, or new arrays; pass counts even and
+    # odd, a last pass shallower
+    shape = (40, 70)
+    c2 = rng.uniform(0.0, 0.2, shape)
+    for steps in (2, 5, 6, 12, 17):
+        hosts = (rng.uniform(0.5, 1.0, shape), rng.uniform(0.0, 0.3, shape))
+        ref = reference.scheme_apply(hosts, wave(2), steps, {"c2": c2})
+        u, up = (device_array(h) for h in hosts)
+        out = {"in place": (u, up), "swapped": (up, u),
+               "fresh": (cs.DeviceArray(shape), cs.DeviceArray(shape))}[outs]
+        got = cs.apply((u, up), wave(2), steps=steps, out=out,
+                       params={"c2": device_array(c2)})
+        assert got[0] is out[0] and got[1] is out[1]
+        assert cs.last_run_info()["path"] == "scheme-streamed"
+        check(got, ref, dict(outs=outs, steps=steps))
+
+
+def test_schemes_streamed_passes_do_not_take(rng, monkeypatch):
+    # other modes, two stages, a 5 x 5 stencil, two stencils on one tap,
+    # three fields, grids under 16 x 16: the other passes run, and the
+    # forcing setting does not force what the kernel cannot take
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "stream4")
+    u, up = cs.fields("u up")
+    overlapping = cs.Scheme({u: u + 0.1 * cs.laplacian(2)(u)
+                             + 0.05 * cs.Stencil(weights=[[0.0, -1.0, 1.0]])(u)
+                             - 0.1 * up, up: u})
+    wide = cs.Scheme({u: 0.5 * cs.Stencil("star2d13p")(u) + 0.1 * up,
+                      up: u})
+    cases = [(plain_wave(), "nearest", (30, 30)),
+             (plain_wave(), "wrap", (12, 40)),
+             (overlapping, "wrap", (30, 30)),
+             (wide, "wrap", (30, 30)),
+             (yee_2d(), "constant", (30, 30)),
+             (three_fields_box(), "constant", (30, 30))]
+    for scheme, mode, shape in cases:
+        pnames = list(scheme.params)
+        hosts = tuple(rng.uniform(0.0, 1.0, shape) for _ in scheme.fields)
+        params = {p: rng.uniform(0.0, 0.3, shape) for p in pnames}
+        out = cs.apply(tuple(device_array(h) for h in hosts), scheme,
+                       steps=5, mode=mode,
+                       params={p: device_array(v)
+                               for p, v in params.items()})
+        assert cs.last_run_info()["path"] != "scheme-streamed", scheme
+        check(out, reference.scheme_apply(hosts, scheme, 5, params,
+                                          mode=mode), str(scheme))
+
+
 @pytest.mark.parametrize("name", sorted(BLOCK_SCHEMES))
 def test_explain_names_the_passes_the_engine_runs(rng, name):
     # explain() reads the engine's own planner: what it says is what the

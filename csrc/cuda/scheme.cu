@@ -52,6 +52,7 @@
 #include "engine.cuh"
 #include "../scheme.h"
 #include "../scheme_plan.h"
+#include "scheme_stream.cuh"
 #include "scheme_tb.cuh"
 
 #include <stdint.h>
@@ -533,6 +534,7 @@ typedef struct sch_run {
     sch_stage_plan *plans;
     int stages;
     int *tap0;
+    sch_passes passes;     /* the kind of passes and their depth */
 } sch_run;
 
 static void
@@ -794,14 +796,17 @@ run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
             double *const *in, double *const *out,
             const double *const *params, const ptrdiff_t shape[3],
             cs_mode mode, double cval, long steps, uintptr_t stream,
-            cs_run_info *info, const sch_tb_schedule *sc)
+            cs_run_info *info, const sch_passes *plan)
 {
+    const sch_tb_schedule *sc = &plan->sc;
+    const int depth = plan->depth;
+    const int streamed = plan->kind == SCH_PASSES_STREAMED;
     const int K = s->field_count;
     unsigned updated = 0;
     for (int g = 0; g < s->stage_count; g++) {
         updated |= run->plans[g].targets;
     }
-    const long passes = CEIL_DIV(steps, (long)sc->steps);
+    const long passes = CEIL_DIV(steps, (long)depth);
     tb_place cur[CS_SCHEME_MAX_FIELDS], dst[CS_SCHEME_MAX_FIELDS];
     int sets = 0;
     for (int f = 0; f < K; f++) {
@@ -850,7 +855,7 @@ run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
         cur[f] = (tb_place){-1, in[f]};
     }
     for (long i = 0; i < passes; i++) {
-        CS_TRY(cs_cuda_check_interrupt(ctx, i * sc->steps));
+        CS_TRY(cs_cuda_check_interrupt(ctx, i * depth));
         int unused = 0;
         tb_destinations(K, updated, out, cur, i, passes, dst, &unused);
         const double *src_ptr[CS_SCHEME_MAX_FIELDS];
@@ -866,9 +871,11 @@ run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
             src_ptr[f] = cur[f].ptr;
             dst_ptr[f] = (updated >> f) & 1u ? dst[f].ptr : NULL;
         }
-        const long left = steps - i * sc->steps;
-        CS_TRY(sch_tb_pass(ctx, &call, sc, src_ptr, dst_ptr,
-                           (int)(left < sc->steps ? left : sc->steps)));
+        const long left = steps - i * depth;
+        const int n = (int)(left < depth ? left : depth);
+        CS_TRY(streamed ? sch_stream_pass(ctx, &call, &plan->stream, src_ptr,
+                                          dst_ptr, n)
+                        : sch_tb_pass(ctx, &call, sc, src_ptr, dst_ptr, n));
         for (int f = 0; f < K; f++) {
             cur[f] = (updated >> f) & 1u ? dst[f] : cur[f];
         }
@@ -891,8 +898,8 @@ run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
         }
     }
     if (info != NULL) {
-        info->path = "scheme-blocked";
-        info->fused_depth = sc->steps;
+        info->path = streamed ? "scheme-streamed" : "scheme-blocked";
+        info->fused_depth = depth;
         info->fused_passes = passes;
         info->unfused_steps = 0;
     }
@@ -930,22 +937,22 @@ run_scheme(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
             return made;
         }
     }
-    sch_tb_schedule sc;
-    int blocked = 0;
+    sch_passes *plan = &run->passes;
     const cs_status chose = sch_choose_passes(
-        s, run->plans, shape, steps, ctx->smem_optin,
-        getenv("CONVSTENCIL_SCHEME_BLOCK"), &sc, &blocked, NULL, NULL, msg,
-        sizeof(msg));
+        s, run->plans, shape, mode, steps, ctx->smem_optin,
+        getenv("CONVSTENCIL_SCHEME_BLOCK"), plan, msg, sizeof(msg));
     if (chose != CS_OK) {
         cs_cuda_message(ctx, "%s", msg);
         return chose;
     }
-    if (blocked && !blocked_outs_fit(s, run->plans, in, out)) {
-        blocked = 0;
+    /* streamed passes run on sm_90 images (kernels.cuh) */
+    if (plan->kind == SCH_PASSES_STREAMED && cs_cuda_checked_only(ctx)) {
+        plan->kind = SCH_PASSES_ONESTEP;
     }
-    if (blocked) {
+    if (plan->kind != SCH_PASSES_ONESTEP
+        && blocked_outs_fit(s, run->plans, in, out)) {
         return run_blocked(ctx, run, s, in, out, params, shape, mode, cval,
-                           steps, stream, info, &sc);
+                           steps, stream, info, plan);
     }
     sch_buffers B;
     sch_state st;

@@ -435,8 +435,9 @@ def _explain_scheme(grid_or_shape, scheme, steps, mode, backend, rates):
     k, p = len(scheme.fields), len(scheme.params)
     stages = len(scheme.tables()["stages"])
     if backend == "cuda":
-        fields = _explain_scheme_gpu(shape, scheme, steps, rates, transfers,
-                                     nbytes, flops, npts, k, p, stages)
+        fields = _explain_scheme_gpu(shape, scheme, mode, steps, rates,
+                                     transfers, nbytes, flops, npts, k, p,
+                                     stages)
     else:
         fields = _explain_scheme_cpu(shape, steps, rates, nbytes, flops,
                                      npts)
@@ -446,16 +447,18 @@ def _explain_scheme(grid_or_shape, scheme, steps, mode, backend, rates):
     return Explanation(fields)
 
 
-def _explain_scheme_gpu(shape, scheme, steps, rates, transfers, nbytes,
-                        flops, npts, k, p, stages):
+def _explain_scheme_gpu(shape, scheme, mode, steps, rates, transfers,
+                        nbytes, flops, npts, k, p, stages):
     rates = _model.gpu_rates(rates)
     smem = _backends.cuda_plan_device()[1] or _H100_SMEM_OPTIN
     plan = _engine.plan_scheme_device(shape, scheme.tables(), fields=k,
-                                      params=p, steps=steps,
+                                      params=p, mode=mode, steps=steps,
                                       smem_optin=smem)
-    blocked = plan["path"] == "scheme-blocked"
+    streamed = plan["path"] == "scheme-streamed"
+    blocked = streamed or plan["path"] == "scheme-blocked"
     depth = plan["fused_depth"]
-    per = plan["blocked_seconds"] if blocked else plan["onestep_seconds"]
+    per = (plan["streamed_seconds"] if streamed else
+           plan["blocked_seconds"] if blocked else plan["onestep_seconds"])
     launches = -(-steps // depth) if blocked else steps * stages
     seconds = (npts * steps * per + launches * rates["launch_seconds"]
                if steps else 0.0)
@@ -463,14 +466,14 @@ def _explain_scheme_gpu(shape, scheme, steps, rates, transfers, nbytes,
     # (csrc/scheme_plan.c): 2D 93%, 3D 69%
     floor = 0.69 if len(shape) == 3 and shape[0] > 1 else 0.93
     memory = nbytes / (floor * rates["bandwidth"])
-    bound = ("shared memory" if blocked else
+    bound = ("registers" if streamed else "shared memory" if blocked else
              "memory" if plan["onestep_seconds"] <= 1.05 * memory
              else "instructions")
     if blocked:  # each array moved once a pass of `depth` steps
-        row = _model.Pass("blocked pass", plan["path"], launches, depth,
+        row = _model.Pass("streamed pass" if streamed else "blocked pass",
+                          plan["path"], launches, depth,
                           (2 * k + p) * 8.0, flops * depth, flops * depth,
-                          "shared memory", seconds / max(launches, 1),
-                          bound)
+                          bound, seconds / max(launches, 1), bound)
     else:
         row = _model.Pass("step", plan["path"], steps, 1, nbytes, flops,
                           flops, "FP64 units", seconds / max(steps, 1),
@@ -488,11 +491,25 @@ def _explain_scheme_gpu(shape, scheme, steps, rates, transfers, nbytes,
     alts = [{"path": "scheme", "runs": True, "reason": None,
              "predicted_seconds": npts * steps * plan["onestep_seconds"],
              "bound": None, "chosen": not blocked}]
+    if plan["streamed_seconds"]:
+        alts.append({"path": "scheme-streamed", "runs": True,
+                     "reason": None,
+                     "predicted_seconds": (npts * steps
+                                           * plan["streamed_seconds"]),
+                     "bound": "registers", "chosen": streamed})
+    else:
+        alts.append({"path": "scheme-streamed", "runs": False,
+                     "reason": "streamed passes take one-stage 2D schemes "
+                               "of up to 2 fields, stencils within 3 x 3, "
+                               "wrap or constant, grids of 16 x 16 or more",
+                     "predicted_seconds": None, "bound": None,
+                     "chosen": False})
     if plan["blocked_seconds"]:
         alts.append({"path": "scheme-blocked", "runs": True, "reason": None,
                      "predicted_seconds": (npts * steps
                                            * plan["blocked_seconds"]),
-                     "bound": "shared memory", "chosen": blocked})
+                     "bound": "shared memory",
+                     "chosen": blocked and not streamed})
     else:
         alts.append({"path": "scheme-blocked", "runs": False,
                      "reason": "blocked passes take 2D grids of 2 steps or "
@@ -501,7 +518,10 @@ def _explain_scheme_gpu(shape, scheme, steps, rates, transfers, nbytes,
                      "chosen": False})
     fields["alternatives"] = alts
     fields["model_agrees"] = True  # the engine's own choice
-    if blocked:
+    if streamed:
+        fields["notes"].append("streamed passes of %d steps, carried in "
+                               "registers" % depth)
+    elif blocked:
         fields["notes"].append("blocked passes of %d rows and %d steps "
                                "(%d bytes of shared memory a block)"
                                % (plan["rows"], depth,
