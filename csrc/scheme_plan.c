@@ -350,23 +350,56 @@ sch_stream_signature(const sch_stream_tables *t)
     return sig;
 }
 
+unsigned long long
+sch_stream_pw_signature(const sch_stream_tables *t)
+{
+    unsigned long long sig = 0;
+    for (int i = 0; i < t->fields; i++) {
+        if (t->npw[i] > SST_PW_COMPILED) {
+            return 0;
+        }
+        sig |= SST_PW_COUNT(i, t->npw[i]);
+        for (int m = 0; m < t->npw[i]; m++) {
+            for (int f = 0; f < t->fields; f++) {
+                sig |= SST_PW_POWER(i, m, f, t->pw_power[i][m][f]);
+            }
+        }
+    }
+    return sig;
+}
+
 int
 sch_stream_max_depth(const sch_stream_tables *t)
 {
     /* the levels each instance of scheme_stream.cu's kernel holds (its
        dispatch): about 48 doubles of partial rows a lane, more where
-       the patterns are compiled in and nothing spills */
+       the patterns and pointwise terms are compiled in and nothing
+       spills */
     const unsigned long long sig = sch_stream_signature(t);
+    const unsigned long long pwsig = sch_stream_pw_signature(t);
     const int pw = t->pointwise != 0;
     if (t->fields == 1) {
         if (t->scaled) {
             return pw ? 3 : 4;
         }
-        return pw ? 6 : 8;
+        if (pw) {
+            return (sig == SST_SIG_PLUS || sig == SST_SIG_PLUS_REACTING)
+                           && pwsig == SST_PWSIG_CUBE
+                       ? 8
+                       : 6;
+        }
+        return 8;
     }
     switch (t->scaled) {
     case 0:
-        return pw ? 4 : 8;
+        if (!pw) {
+            return 8;
+        }
+        return pwsig == SST_PWSIG_GRAY_SCOTT
+                       && (sig == SST_SIG_DIFFUSING_PAIR
+                           || sig == SST_SIG_DIFFUSING_PAIR_MERGED)
+                   ? 5
+                   : 4;
     case 1:
         return pw ? 3 : sig == SST_SIG_WAVE_SCALED ? 6 : 4;
     default:

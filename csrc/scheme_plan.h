@@ -194,6 +194,25 @@ sch_stream_signature(const sch_stream_tables *t);
 #define SST_SIG_PLUS_REACTING SST_GROUP(SST_PLUS, 2, 0)
 #define SST_SIG_BOX SST_GROUP(SST_BOX, 1, 0)
 
+/* The pointwise terms of tables t as one number, where every update has
+   at most SST_PW_COMPILED of them: per update i (bits from 20 i) their
+   count, then each term's power of each field (3 bits); 0 otherwise. */
+#define SST_PW_COMPILED 3
+#define SST_PW_COUNT(i, n) ((unsigned long long)(n) << (20 * (i)))
+#define SST_PW_POWER(i, m, f, power)                                         \
+    ((unsigned long long)(power)                                             \
+     << (20 * (i) + 2 + 3 * ((m) * SST_FIELDS + (f))))
+unsigned long long
+sch_stream_pw_signature(const sch_stream_tables *t);
+
+/* Pointwise signatures compiled in: Gray-Scott's u v^2 in both updates,
+   a cube of one field (Allen-Cahn). */
+#define SST_PWSIG_GRAY_SCOTT                                                 \
+    (SST_PW_COUNT(0, 1) | SST_PW_POWER(0, 0, 0, 1) | SST_PW_POWER(0, 0, 1, 2) \
+     | SST_PW_COUNT(1, 1) | SST_PW_POWER(1, 0, 0, 1)                         \
+     | SST_PW_POWER(1, 0, 1, 2))
+#define SST_PWSIG_CUBE (SST_PW_COUNT(0, 1) | SST_PW_POWER(0, 0, 0, 3))
+
 /* The most steps a streamed pass of tables t carries (the registers
    of its kernel instance hold that many levels). */
 int

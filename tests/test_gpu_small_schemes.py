@@ -254,9 +254,9 @@ def test_blocked_pass_setting_is_checked(rng, monkeypatch):
 # Streamed passes (csrc/cuda/scheme_stream.cu): one-stage 2D schemes of
 # one or two fields, stencils within 3 x 3, wrap or constant.  Each entry:
 # the scheme, its parameter fields, the deepest pass its kernel holds
-# (sch_stream_max_depth).  The leapfrog waves, the diffusing pair and the
-# plain heat run kernels with their patterns compiled in; the others the
-# kernel that reads them at run time.
+# (sch_stream_max_depth).  The leapfrog waves, Gray-Scott and Allen-Cahn
+# run kernels with their patterns and pointwise terms compiled in; the
+# others the kernels that read them at run time.
 def plain_wave():
     u, up = cs.fields("u up")
     return cs.Scheme({u: 2 * u - up + 0.2 * cs.laplacian(2)(u), up: u})
@@ -286,6 +286,11 @@ def advection_reaction():
                       - 0.01 * h ** 3 + s})
 
 
+def allen_cahn():
+    h = cs.fields("h")
+    return cs.Scheme({h: h + 0.1 * cs.laplacian(2)(h) + 0.05 * (h - h ** 3)})
+
+
 def scaled_diffusion():
     # a conductivity field times the Laplacian, a kept field
     h, k = cs.fields("h k")
@@ -296,7 +301,8 @@ def scaled_diffusion():
 STREAM_SCHEMES = {
     "wave": (plain_wave, (), 8),
     "wave-velocity": (lambda: wave(2), ("c2",), 6),
-    "gray-scott": (lambda: gray_scott(2), (), 4),
+    "gray-scott": (lambda: gray_scott(2), (), 5),
+    "allen-cahn": (allen_cahn, (), 8),
     "damped-wave-box": (damped_wave_box, (), 8),
     "heat-source": (heat_with_source, ("s",), 6),
     "advection-reaction": (advection_reaction, ("s",), 6),

@@ -234,13 +234,46 @@ param_row(const sst_params &p, const sst_strip &s, int q, ptrdiff_t row,
     }
 }
 
+/* Pointwise term m of update i added to `out`: its coefficient (times its
+   parameter field at `row`) times the product of the fields' powers
+   (power(f)) at the completed row, each field multiplied in one at a
+   time as the reference does. */
+template <int K, int KP, bool PW, bool GENERAL, class Powers>
+static __device__ __forceinline__ void
+add_pointwise(const sst_params &p, const sst_strip &s,
+              const sst_level<K, KP, PW> &L, int i, int m, ptrdiff_t row,
+              Powers power, double (&out)[SST_V])
+{
+    const int q = p.t.pw_param[i][m];
+    double c[SST_V];
+    if (q >= 0) {
+        param_row<GENERAL>(p, s, q, row, c);
+    }
+#pragma unroll
+    for (int j = 0; j < SST_V; j++) {
+        double v = 1.0;
+#pragma unroll
+        for (int f = 0; f < K; f++) {
+            const int n = power(f);
+#pragma unroll
+            for (int k = 0; k < CS_SCHEME_MAX_POWER; k++) {
+                v = k < n ? v * L.last[f][j] : v;
+            }
+        }
+        const double coef =
+            q >= 0 ? p.t.pw_coef[i][m] * c[j] : p.t.pw_coef[i][m];
+        out[j] = fma(coef, v, out[j]);
+    }
+}
+
 /*
  * One level: row `rin` of the fields after t steps arrives in a; on
  * return a holds row rin - 1 after t + 1 steps, complete, and L the
  * partial rows below it.  GENERAL: some row or column involved lies
  * outside the grid.
  */
-template <int K, int KP, bool PW, unsigned long long SIG, bool GENERAL>
+template <int K, int KP, bool PW, unsigned long long SIG,
+          unsigned long long PWSIG, bool GENERAL>
 static __device__ __forceinline__ void
 level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
            double (&a)[K][SST_V], ptrdiff_t rin)
@@ -313,26 +346,27 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
     if constexpr (PW) {
 #pragma unroll
         for (int i = 0; i < K; i++) {
-            for (int m = 0; m < p.t.npw[i]; m++) {
-                const int q = p.t.pw_param[i][m];
-                double c[SST_V];
-                if (q >= 0) {
-                    param_row<GENERAL>(p, s, q, row, c);
-                }
+            if constexpr (PWSIG != 0) { /* counts and powers compiled in */
 #pragma unroll
-                for (int j = 0; j < SST_V; j++) {
-                    double v = 1.0;
-#pragma unroll
-                    for (int f = 0; f < K; f++) {
-                        const int power = p.t.pw_power[i][m][f];
-#pragma unroll
-                        for (int k = 0; k < CS_SCHEME_MAX_POWER; k++) {
-                            v = k < power ? v * L.last[f][j] : v;
-                        }
+                for (int m = 0; m < SST_PW_COMPILED; m++) {
+                    if (m < (int)((PWSIG >> (20 * i)) & 3u)) {
+                        add_pointwise<K, KP, PW, GENERAL>(
+                            p, s, L, i, m, row,
+                            [&](int f) {
+                                return (int)((PWSIG >> (20 * i + 2
+                                                        + 3 * (m * SST_FIELDS
+                                                               + f)))
+                                             & 7u);
+                            },
+                            out[i]);
                     }
-                    const double coef =
-                        q >= 0 ? p.t.pw_coef[i][m] * c[j] : p.t.pw_coef[i][m];
-                    out[i][j] = fma(coef, v, out[i][j]);
+                }
+            } else {
+                for (int m = 0; m < p.t.npw[i]; m++) {
+                    add_pointwise<K, KP, PW, GENERAL>(
+                        p, s, L, i, m, row,
+                        [&](int f) { return (int)p.t.pw_power[i][m][f]; },
+                        out[i]);
                 }
             }
         }
@@ -356,7 +390,7 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
 /* Row r of level 0 through the pass's levels, and row r - depth stored.
    `slot`: the ring slot row r is in. */
 template <int K, int KP, bool PW, int TMAX, unsigned long long SIG,
-          bool GENERAL>
+          unsigned long long PWSIG, bool GENERAL>
 static __device__ __forceinline__ void
 stream_row(const sst_params &p, const sst_strip &s,
            sst_level<K, KP, PW> (&L)[TMAX], const double *slot, ptrdiff_t r)
@@ -372,7 +406,8 @@ stream_row(const sst_params &p, const sst_strip &s,
 #pragma unroll
     for (int t = 0; t < TMAX; t++) {
         if (t < p.depth) {
-            level_step<K, KP, PW, SIG, GENERAL>(p, s, L[t], a, r - t);
+            level_step<K, KP, PW, SIG, PWSIG, GENERAL>(p, s, L[t], a,
+                                                       r - t);
         }
     }
     const ptrdiff_t row = r - p.depth; /* complete after depth steps */
@@ -393,7 +428,8 @@ stream_row(const sst_params &p, const sst_strip &s,
     }
 }
 
-template <int K, int KP, bool PW, int TMAX, unsigned long long SIG>
+template <int K, int KP, bool PW, int TMAX, unsigned long long SIG,
+          unsigned long long PWSIG>
 __global__ void __launch_bounds__(SST_WARPS * 32, SST_MIN_BLOCKS)
 sst_kernel(const SST_GRID_CONSTANT sst_params p)
 {
@@ -477,9 +513,11 @@ sst_kernel(const SST_GRID_CONSTANT sst_params p)
             cs_copy_wait<SST_RING - 1>(); /* row r's copies (this lane's) */
             const double *cur = ring + slot * K * SST_SW;
             if (plain) {
-                stream_row<K, KP, PW, TMAX, SIG, false>(p, s, L, cur, r);
+                stream_row<K, KP, PW, TMAX, SIG, PWSIG, false>(p, s, L, cur,
+                                                               r);
             } else {
-                stream_row<K, KP, PW, TMAX, SIG, true>(p, s, L, cur, r);
+                stream_row<K, KP, PW, TMAX, SIG, PWSIG, true>(p, s, L, cur,
+                                                              r);
             }
             slot = (slot + 1) % SST_RING;
         }
@@ -491,7 +529,8 @@ sst_kernel(const SST_GRID_CONSTANT sst_params p)
  * host
  * --------------------------------------------------------------------- */
 
-template <int K, int KP, bool PW, int TMAX, unsigned long long SIG = 0>
+template <int K, int KP, bool PW, int TMAX, unsigned long long SIG = 0,
+          unsigned long long PWSIG = 0>
 static cs_status
 launch(cs_cuda_ctx *ctx, sst_params *p)
 {
@@ -501,8 +540,8 @@ launch(cs_cuda_ctx *ctx, sst_params *p)
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                      &per_sm, sst_kernel<K, KP, PW, TMAX, SIG>, threads,
-                      smem),
+                      &per_sm, sst_kernel<K, KP, PW, TMAX, SIG, PWSIG>,
+                      threads, smem),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor (scheme "
                   "stream)");
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1)
@@ -523,27 +562,36 @@ launch(cs_cuda_ctx *ctx, sst_params *p)
         return CS_ERR_INVALID;
     }
     const unsigned grid = (unsigned)blocks;
-    sst_kernel<K, KP, PW, TMAX, SIG><<<grid, threads, smem, ctx->stream>>>(*p);
+    const auto kernel = sst_kernel<K, KP, PW, TMAX, SIG, PWSIG>;
+    kernel<<<grid, threads, smem, ctx->stream>>>(*p);
     return cs_cuda_check_launch(ctx, "scheme stream kernel");
 }
 
 /* The instance for the tables: its levels sch_stream_max_depth's, its
-   patterns compiled in for the signatures scheme_plan.h lists. */
+   patterns and pointwise terms compiled in for the signatures
+   scheme_plan.h lists. */
 static cs_status
 dispatch(cs_cuda_ctx *ctx, sst_params *p)
 {
     const sch_stream_tables *t = &p->t;
     const bool pw = t->pointwise != 0;
     const unsigned long long sig = sch_stream_signature(t);
+    const unsigned long long pwsig = sch_stream_pw_signature(t);
     if (t->fields == 1) {
         if (t->scaled) {
             return pw ? launch<1, 1, true, 3>(ctx, p)
                       : launch<1, 1, false, 4>(ctx, p);
         }
         if (pw) {
-            return sig == SST_SIG_PLUS_REACTING
-                       ? launch<1, 0, true, 6, SST_SIG_PLUS_REACTING>(ctx, p)
-                       : launch<1, 0, true, 6>(ctx, p);
+            if (sig == SST_SIG_PLUS && pwsig == SST_PWSIG_CUBE) {
+                return launch<1, 0, true, 8, SST_SIG_PLUS, SST_PWSIG_CUBE>(
+                    ctx, p);
+            }
+            if (sig == SST_SIG_PLUS_REACTING && pwsig == SST_PWSIG_CUBE) {
+                return launch<1, 0, true, 8, SST_SIG_PLUS_REACTING,
+                              SST_PWSIG_CUBE>(ctx, p);
+            }
+            return launch<1, 0, true, 6>(ctx, p);
         }
         if (sig == SST_SIG_PLUS) {
             return launch<1, 0, false, 8, SST_SIG_PLUS>(ctx, p);
@@ -559,13 +607,17 @@ dispatch(cs_cuda_ctx *ctx, sst_params *p)
                        ? launch<2, 0, false, 8, SST_SIG_WAVE>(ctx, p)
                        : launch<2, 0, false, 8>(ctx, p);
         }
-        if (sig == SST_SIG_DIFFUSING_PAIR_MERGED) {
-            return launch<2, 0, true, 4, SST_SIG_DIFFUSING_PAIR_MERGED>(ctx,
-                                                                        p);
+        if (pwsig == SST_PWSIG_GRAY_SCOTT) {
+            if (sig == SST_SIG_DIFFUSING_PAIR_MERGED) {
+                return launch<2, 0, true, 5, SST_SIG_DIFFUSING_PAIR_MERGED,
+                              SST_PWSIG_GRAY_SCOTT>(ctx, p);
+            }
+            if (sig == SST_SIG_DIFFUSING_PAIR) {
+                return launch<2, 0, true, 5, SST_SIG_DIFFUSING_PAIR,
+                              SST_PWSIG_GRAY_SCOTT>(ctx, p);
+            }
         }
-        return sig == SST_SIG_DIFFUSING_PAIR
-                   ? launch<2, 0, true, 4, SST_SIG_DIFFUSING_PAIR>(ctx, p)
-                   : launch<2, 0, true, 4>(ctx, p);
+        return launch<2, 0, true, 4>(ctx, p);
     case 1:
         if (pw) {
             return launch<2, 1, true, 3>(ctx, p);
