@@ -369,6 +369,23 @@ sch_stream_pw_signature(const sch_stream_tables *t)
 }
 
 int
+sch_stream_pw_compiled(const sch_stream_tables *t)
+{
+    const unsigned long long sig = sch_stream_signature(t);
+    const unsigned long long pwsig = sch_stream_pw_signature(t);
+    if (!t->pointwise || t->scaled) {
+        return 0;
+    }
+    if (t->fields == 1) {
+        return (sig == SST_SIG_PLUS || sig == SST_SIG_PLUS_REACTING)
+               && pwsig == SST_PWSIG_CUBE;
+    }
+    return (sig == SST_SIG_DIFFUSING_PAIR
+            || sig == SST_SIG_DIFFUSING_PAIR_MERGED)
+           && pwsig == SST_PWSIG_GRAY_SCOTT;
+}
+
+int
 sch_stream_max_depth(const sch_stream_tables *t)
 {
     /* the levels each instance of scheme_stream.cu's kernel holds (its
@@ -376,30 +393,17 @@ sch_stream_max_depth(const sch_stream_tables *t)
        the patterns and pointwise terms are compiled in and nothing
        spills */
     const unsigned long long sig = sch_stream_signature(t);
-    const unsigned long long pwsig = sch_stream_pw_signature(t);
     const int pw = t->pointwise != 0;
+    const int compiled = sch_stream_pw_compiled(t);
     if (t->fields == 1) {
         if (t->scaled) {
             return pw ? 3 : 4;
         }
-        if (pw) {
-            return (sig == SST_SIG_PLUS || sig == SST_SIG_PLUS_REACTING)
-                           && pwsig == SST_PWSIG_CUBE
-                       ? 8
-                       : 6;
-        }
-        return 8;
+        return pw && !compiled ? 6 : 8;
     }
     switch (t->scaled) {
     case 0:
-        if (!pw) {
-            return 8;
-        }
-        return pwsig == SST_PWSIG_GRAY_SCOTT
-                       && (sig == SST_SIG_DIFFUSING_PAIR
-                           || sig == SST_SIG_DIFFUSING_PAIR_MERGED)
-                   ? 5
-                   : 4;
+        return !pw ? 8 : compiled ? 5 : 4;
     case 1:
         return pw ? 3 : sig == SST_SIG_WAVE_SCALED ? 6 : 4;
     default:
@@ -1003,11 +1007,13 @@ tb_cost(int smem_optin, const sch_stage_plan *plans, int stages,
    takes longer.  Operations, a level and point: a multiply-add per tap
    and centre coefficient, SST_OPS_FIELD per field (its shuffles and
    moves), SST_OPS_PARAM per parameter read, and a pointwise term
-   SST_OPS_TERM plus SST_OPS_FACTOR per field (its powers are multiplied
-   in as run-time counts).  Fitted on the H100 (10240^2, 48 steps,
-   h100_schemes_streamed.md): the leapfrog wave at depth 6 (368 G/s, the
-   model 356), with a velocity field (207, 203), Gray-Scott at depth 4
-   (91, 93). */
+   SST_OPS_TERM plus SST_OPS_FACTOR per field where its powers are
+   multiplied in as run-time counts, 2 plus its powers where they are
+   compiled in (sch_stream_pw_compiled).  Fitted on the H100 (10240^2,
+   48 steps, h100_schemes_streamed.md): the leapfrog wave at depth 6
+   (368 G/s, the model 356), with a velocity field (207, 203), Gray-Scott
+   with run-time terms at depth 4 (91, 93), compiled at depth 5 (186,
+   190). */
 #define SST_COLUMNS 64
 #define SST_DRAM (0.9 * SCH_TB_DRAM)
 #define SST_OP_RATE 7.0e12
@@ -1020,6 +1026,7 @@ stream_cost(const sch_stream_tables *t, int nparams, int depth)
 {
     const int margin = (depth + 1) / 2 * 2;
     const double waste = (double)SST_COLUMNS / (SST_COLUMNS - 2 * margin);
+    const int compiled = sch_stream_pw_compiled(t);
     int updated = 0, ops = 0;
     for (int i = 0; i < t->fields; i++) {
         updated += t->updated[i];
@@ -1031,7 +1038,12 @@ stream_cost(const sch_stream_tables *t, int nparams, int depth)
         }
         ops += SST_OPS_FIELD + (t->scale_param[i] >= 0 ? SST_OPS_PARAM : 0);
         for (int m = 0; m < t->npw[i]; m++) {
-            ops += SST_OPS_TERM + SST_OPS_FACTOR * t->fields
+            int powers = 0;
+            for (int f = 0; f < t->fields; f++) {
+                powers += t->pw_power[i][m][f];
+            }
+            ops += (compiled ? 2 + powers
+                             : SST_OPS_TERM + SST_OPS_FACTOR * t->fields)
                    + (t->pw_param[i][m] >= 0 ? SST_OPS_PARAM : 0);
         }
     }

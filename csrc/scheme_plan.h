@@ -213,6 +213,11 @@ sch_stream_pw_signature(const sch_stream_tables *t);
      | SST_PW_POWER(1, 0, 1, 2))
 #define SST_PWSIG_CUBE (SST_PW_COUNT(0, 1) | SST_PW_POWER(0, 0, 0, 3))
 
+/* Whether scheme_stream.cu has an instance with the pointwise terms of
+   tables t compiled in (the signatures above). */
+int
+sch_stream_pw_compiled(const sch_stream_tables *t);
+
 /* The most steps a streamed pass of tables t carries (the registers
    of its kernel instance hold that many levels). */
 int

@@ -537,6 +537,12 @@ launch(cs_cuda_ctx *ctx, sst_params *p)
     constexpr int threads = SST_WARPS * 32;
     const size_t smem = (size_t)SST_WARPS * SST_RING * K * SST_SW
                         * sizeof(double);
+    if (p->depth > TMAX) { /* sch_stream_max_depth and dispatch disagree */
+        cs_cuda_message(ctx, "scheme stream: %d steps a pass, the kernel "
+                             "holds %d (an engine error)",
+                        p->depth, TMAX);
+        return CS_ERR_INVALID;
+    }
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
