@@ -2,6 +2,12 @@
  * scheme.cu -- PDE schemes (csrc/scheme.h) on device arrays:
  * cs_cuda_scheme_apply_device.
  *
+ * The planner (csrc/scheme_plan.c, sch_choose_passes) picks one of three
+ * kinds of passes: streamed passes of several steps in registers
+ * (scheme_stream.cu), blocked passes of several steps in shared memory
+ * (scheme_tb.cu), both driven by run_blocked below, or the one-step
+ * passes this file holds, described next.
+ *
  * Every stage of every step is one launch of scheme_stage_kernel, which
  * reads the values its updates need as they were when the stage began
  * and writes the stage's targets, one pass over the grid.  A field no
