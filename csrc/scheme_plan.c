@@ -1071,7 +1071,7 @@ stream_choice(const cs_scheme *s, const ptrdiff_t shape[3], cs_mode mode,
         return k;
     }
     /* the deepest the instance holds: on the H100 each preset ran
-       fastest there or within 0.1% of it (h100_schemes_streamed.md),
+       fastest there or within 2% of it (h100_schemes_streamed.md),
        while the model, a maximum of two bounds, overrates the shallow
        passes of the schemes with parameters or pointwise terms */
     const int k = steps < top ? (int)steps : top;
