@@ -516,15 +516,17 @@ exit:
 
 const char cs_py_plan_scheme_device_doc[] =
     "plan_scheme_device(shape, stencils, coefs, terms, updates, stages,\n"
-    "                   fields, params, mode, steps, smem_optin) -> dict\n"
+    "                   fields, params, mode, steps, smem_optin,\n"
+    "                   image_arch) -> dict\n"
     "\n"
     "The passes the GPU engine would run for `steps` steps of a scheme of\n"
     "`fields` fields and `params` parameter fields on a grid of `shape`\n"
     "(the tables as run_scheme_device takes them), with blocks of at most\n"
     "smem_optin bytes of shared memory, and the model's price of each\n"
     "(csrc/scheme_plan.c, the engine's own choice; CONVSTENCIL_SCHEME_BLOCK\n"
-    "is honoured) under boundary mode `mode` (a MODE_* code).  Needs no\n"
-    "GPU.  Returns path ('scheme', 'scheme-blocked' or 'scheme-streamed'),\n"
+    "is honoured) under boundary mode `mode` (a MODE_* code), on a device\n"
+    "whose kernel image is for `image_arch` (90: sm_90; below 90 it holds\n"
+    "no streamed passes).  Needs no GPU.  Returns path ('scheme', 'scheme-blocked' or 'scheme-streamed'),\n"
     "fused_depth (steps a pass), rows (of a blocked pass's region; 0\n"
     "otherwise), onestep_seconds, blocked_seconds and streamed_seconds\n"
     "(the model's, a grid point and step; 0 where no such pass fits),\n"
@@ -535,7 +537,7 @@ cs_py_plan_scheme_device(PyObject *self, PyObject *args)
 {
     PyObject *shape_obj, *stencils_obj, *coefs_obj, *terms_obj;
     PyObject *updates_obj, *stages_obj;
-    int nfields, nparams, mode, smem_optin;
+    int nfields, nparams, mode, smem_optin, image_arch;
     long steps;
     scheme_tables tab;
     sch_stage_plan *plans = NULL;
@@ -545,10 +547,11 @@ cs_py_plan_scheme_device(PyObject *self, PyObject *args)
     (void)self;
 
     tables_init(&tab);
-    if (!PyArg_ParseTuple(args, "OO!OOOOiiili:plan_scheme_device",
+    if (!PyArg_ParseTuple(args, "OO!OOOOiiilii:plan_scheme_device",
                           &shape_obj, &PyTuple_Type, &stencils_obj,
                           &coefs_obj, &terms_obj, &updates_obj, &stages_obj,
-                          &nfields, &nparams, &mode, &steps, &smem_optin)) {
+                          &nfields, &nparams, &mode, &steps, &smem_optin,
+                          &image_arch)) {
         return NULL;
     }
     if (nfields < 1 || nfields > CS_SCHEME_MAX_FIELDS || nparams < 0
@@ -597,7 +600,7 @@ cs_py_plan_scheme_device(PyObject *self, PyObject *args)
         goto exit;
     }
     const cs_status st = sch_choose_passes(
-        s, plans, shape, (cs_mode)mode, steps, smem_optin,
+        s, plans, shape, (cs_mode)mode, steps, smem_optin, image_arch >= 90,
         getenv("CONVSTENCIL_SCHEME_BLOCK"), plan, msg, sizeof(msg));
     if (st != CS_OK) {
         free(plan);

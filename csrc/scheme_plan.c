@@ -1082,8 +1082,8 @@ stream_choice(const cs_scheme *s, const ptrdiff_t shape[3], cs_mode mode,
 cs_status
 sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,
                   const ptrdiff_t shape[3], cs_mode mode, long steps,
-                  int smem_optin, const char *setting, sch_passes *out,
-                  char *msg, size_t msg_len)
+                  int smem_optin, int streamed_ok, const char *setting,
+                  sch_passes *out, char *msg, size_t msg_len)
 {
     memset(out, 0, sizeof(*out));
     out->kind = SCH_PASSES_ONESTEP;
@@ -1113,7 +1113,7 @@ sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,
     }
     double scost = 0.0;
     const int sdepth =
-        force_rows != 0 || no_stream
+        force_rows != 0 || no_stream || !streamed_ok
             ? 0
             : stream_choice(s, shape, mode, steps, force_stream,
                             &out->stream, &scost);

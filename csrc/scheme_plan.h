@@ -305,12 +305,15 @@ enum { SCH_PASSES_ONESTEP = 0, SCH_PASSES_BLOCKED, SCH_PASSES_STREAMED };
  * (32 or 64 rows: that blocked pass wherever it fits), "streamN" (N
  * steps a streamed pass, wherever they are taken), "nostream" (the
  * choice without streamed passes); anything else is CS_ERR_INVALID.
+ * `streamed_ok`: whether the device's kernel image holds the streamed
+ * passes (sm_90 images; kernels.cuh): where it does not, none is taken,
+ * forced or not, and the choice is among the others.
  */
 cs_status
 sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,
                   const ptrdiff_t shape[3], cs_mode mode, long steps,
-                  int smem_optin, const char *setting, sch_passes *out,
-                  char *msg, size_t msg_len);
+                  int smem_optin, int streamed_ok, const char *setting,
+                  sch_passes *out, char *msg, size_t msg_len);
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,32 @@ def test_gpu_plan_blocks_a_wave_the_streamed_passes_do_not_take():
     assert not streamed["runs"] and "wrap or constant" in streamed["reason"]
 
 
+def test_no_streamed_passes_on_an_image_without_them(monkeypatch):
+    # an sm_80 image holds no streamed passes (csrc/cuda/kernels.cuh):
+    # the plan, forced or not, is then the best of the others, as the
+    # engine runs it
+    from convstencil import _backends, _engine
+    tables = wave().tables()
+    args = dict(fields=2, params=0, mode="constant", steps=48,
+                smem_optin=227 * 1024)
+    on90 = _engine.plan_scheme_device((10240, 10240), tables,
+                                      image_arch=90, **args)
+    on80 = _engine.plan_scheme_device((10240, 10240), tables,
+                                      image_arch=80, **args)
+    assert on90["path"] == "scheme-streamed"
+    assert on80["path"] == "scheme-blocked" and on80["streamed_seconds"] == 0
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "stream4")
+    assert _engine.plan_scheme_device((500, 700), tables, image_arch=80,
+                                      **args)["path"] != "scheme-streamed"
+    monkeypatch.delenv("CONVSTENCIL_SCHEME_BLOCK")
+    monkeypatch.setattr(_backends, "cuda_image_arch", lambda: 80)
+    e = cs.explain((10240, 10240), wave(), steps=48, backend="cuda")
+    assert e.path == "scheme-blocked"
+    streamed = next(a for a in e.alternatives
+                    if a["path"] == "scheme-streamed")
+    assert not streamed["runs"] and "sm_80" in streamed["reason"]
+
+
 def test_gpu_plan_keeps_one_step_passes_where_blocking_does_not_pay():
     e = cs.explain((10240, 10240), gray_scott(), steps=48, mode="nearest",
                    backend="cuda")

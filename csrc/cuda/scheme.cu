@@ -944,16 +944,14 @@ run_scheme(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
         }
     }
     sch_passes *plan = &run->passes;
+    /* streamed passes run on sm_90 images (kernels.cuh) */
     const cs_status chose = sch_choose_passes(
         s, run->plans, shape, mode, steps, ctx->smem_optin,
-        getenv("CONVSTENCIL_SCHEME_BLOCK"), plan, msg, sizeof(msg));
+        !cs_cuda_checked_only(ctx), getenv("CONVSTENCIL_SCHEME_BLOCK"), plan,
+        msg, sizeof(msg));
     if (chose != CS_OK) {
         cs_cuda_message(ctx, "%s", msg);
         return chose;
-    }
-    /* streamed passes run on sm_90 images (kernels.cuh) */
-    if (plan->kind == SCH_PASSES_STREAMED && cs_cuda_checked_only(ctx)) {
-        plan->kind = SCH_PASSES_ONESTEP;
     }
     if (plan->kind != SCH_PASSES_ONESTEP
         && blocked_outs_fit(s, run->plans, in, out)) {

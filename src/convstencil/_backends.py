@@ -109,6 +109,14 @@ def cuda_plan_device():
     return (caps["cc_major"], caps["smem_optin"]) if caps else (9, 0)
 
 
+def cuda_image_arch():
+    """The architecture of the kernel image the current device runs (90:
+    sm_90's, which holds every kernel); 90 where none can run, as for the
+    H100 the model describes."""
+    caps = cuda_device_caps()
+    return caps["image_arch"] if caps else 90
+
+
 def gpu_path(name, shape, w, mode, steps, device_arrays=False):
     """The engine's path code for a run of backend `name` (a CUDA one):
     "cuda" takes the path _model.auto_gpu_path predicts fastest for this

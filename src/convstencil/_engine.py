@@ -196,17 +196,19 @@ def run_scheme_device(fields_in, fields_out, params, shape, tables, *, steps,
 
 
 def plan_scheme_device(shape, tables, *, fields, params, mode, steps,
-                       smem_optin):
+                       smem_optin, image_arch=90):
     """The passes the GPU engine would run for `steps` steps of a scheme
     of `fields` fields and `params` parameter fields on `shape` under
-    boundary `mode`, and the model's price of each (the engine's own
-    choice, csrc/scheme_plan.c; no GPU needed): a dict of path,
+    boundary `mode`, on a device whose kernel image is for `image_arch`
+    (cuda_device_caps()["image_arch"]; below 90 no streamed passes), and
+    the model's price of each (the engine's own choice,
+    csrc/scheme_plan.c; no GPU needed): a dict of path,
     fused_depth, rows, onestep_seconds, blocked_seconds, streamed_seconds
     (a grid point and step) and shared_memory."""
     return _core.plan_scheme_device(
         tuple(shape), tables["stencils"], tables["coefs"], tables["terms"],
         tables["updates"], tables["stages"], fields, params,
-        MODE_CODES[mode], steps, smem_optin)
+        MODE_CODES[mode], steps, smem_optin, image_arch)
 
 
 def synchronize(stream):

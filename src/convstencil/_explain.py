@@ -451,9 +451,10 @@ def _explain_scheme_gpu(shape, scheme, mode, steps, rates, transfers,
                         nbytes, flops, npts, k, p, stages):
     rates = _model.gpu_rates(rates)
     smem = _backends.cuda_plan_device()[1] or _H100_SMEM_OPTIN
+    image_arch = _backends.cuda_image_arch()
     plan = _engine.plan_scheme_device(shape, scheme.tables(), fields=k,
                                       params=p, mode=mode, steps=steps,
-                                      smem_optin=smem)
+                                      smem_optin=smem, image_arch=image_arch)
     streamed = plan["path"] == "scheme-streamed"
     blocked = streamed or plan["path"] == "scheme-blocked"
     depth = plan["fused_depth"]
@@ -499,7 +500,10 @@ def _explain_scheme_gpu(shape, scheme, mode, steps, rates, transfers,
                      "bound": "registers", "chosen": streamed})
     else:
         alts.append({"path": "scheme-streamed", "runs": False,
-                     "reason": "streamed passes take one-stage 2D schemes "
+                     "reason": "streamed passes are built for sm_90 only; "
+                               "this device runs the sm_%d kernels"
+                               % image_arch if image_arch < 90 else
+                               "streamed passes take one-stage 2D schemes "
                                "of up to 2 fields, stencils within 3 x 3, "
                                "wrap or constant, grids of 16 x 16 or more",
                      "predicted_seconds": None, "bound": None,
