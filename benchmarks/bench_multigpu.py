@@ -92,16 +92,17 @@ def _layout(kind, extent, size):
     return shape, (size,) + (1,) * (len(shape) - 1)
 
 
-def _random_block(shape, seed):
-    """Random float64 on the current GPU with CuPy where present (the
-    host would take seconds per GiB), else a NumPy array (from_local
-    uploads it)."""
+def _random_block(shape, seed, gpu):
+    """Random float64 on GPU `gpu` with CuPy where present (the host
+    would take seconds per GiB), else a NumPy array (from_local uploads
+    it)."""
     try:
         import cupy
     except ImportError:
         return np.random.default_rng(seed).random(shape)
-    block = cupy.random.default_rng(seed).random(shape)
-    cupy.cuda.runtime.deviceSynchronize()
+    with cupy.cuda.Device(gpu):
+        block = cupy.random.default_rng(seed).random(shape)
+        cupy.cuda.runtime.deviceSynchronize()
     return block
 
 
@@ -120,8 +121,10 @@ def _distributed_grid(comm, shape, dims, backend):
     where = csd.local_slices(shape, comm, dims=dims)
     block_shape = tuple(s.stop - s.start for s in where)
     if backend == "cuda":
-        _grid._gpu_for_blocks(comm, True, None, False)
-    block = _random_block(block_shape, comm.Get_rank())
+        gpu = _grid._gpu_for_blocks(comm, True, None, False)
+        block = _random_block(block_shape, comm.Get_rank(), gpu)
+    else:
+        block = np.random.default_rng(comm.Get_rank()).random(block_shape)
     d = csd.from_local(block, comm=comm, dims=dims, backend=backend)
     del block
     _free_cupy_pool()
