@@ -4,6 +4,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 
@@ -144,20 +145,45 @@ def mpi_results(ranks, script, worker_args, env, timeout):
     records its rank 0 printed as `RESULT <json>` lines (echoed as they
     are read).  A failed run exits, naming the command and what it
     printed last."""
+    records, failure = mpi_launch(ranks, script, worker_args, env, timeout)
+    if failure:
+        sys.exit(failure)
+    return records
+
+
+def mpi_launch(ranks, script, worker_args, env, timeout):
+    """(records, failure) of `script --worker worker_args` under `mpiexec
+    -n ranks`: the records rank 0 printed as `RESULT <json>` lines
+    before it ended or ran past `timeout` seconds (then the job's
+    process group is killed), and None or a message naming the command
+    and what it printed last."""
     command = (["mpiexec", "-n", str(ranks), sys.executable,
                 os.path.abspath(script), "--worker"] + list(worker_args))
-    done = subprocess.run(command, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        stdout, stderr = job.communicate(timeout=timeout)
+        why = "exit status %d" % job.returncode if job.returncode else None
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        stdout, stderr = job.communicate()
+        why = "ran past %d s" % timeout
+    except BaseException:
+        # the job has a session of its own: end it with the driver
+        # (Ctrl-C, or SIGTERM where the driver turns it into SystemExit)
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
     records = []
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("RESULT "):
             records.append(json.loads(line[7:]))
             print(line[7:], flush=True)
-    if done.returncode:
-        sys.exit("%s failed:\n%s%s" % (" ".join(command),
-                                        done.stdout[-4000:],
-                                        done.stderr[-4000:]))
-    return records
+    failure = None
+    if why:
+        failure = "%s: %s:\n%s%s" % (" ".join(command), why,
+                                      stdout[-4000:], stderr[-4000:])
+    return records, failure
 
 
 def write_results(stem, records, markdown):
