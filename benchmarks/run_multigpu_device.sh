@@ -17,8 +17,9 @@
 # $DEADLINE_S seconds (default 570), each leaving time for the ones after
 # it.  Set CONVSTENCIL_COMMIT where the checkout has no git history (the
 # records' commit), STEM to name the results files, GPUS for other GPU
-# counts ("1 2"), BENCH_ARGS for more bench_multigpu.py arguments
-# (e.g. "--repeat 3").
+# counts ("1 2"), TESTS for the GPU counts of the tests ("" skips
+# them), BENCH_ARGS for more bench_multigpu.py arguments (e.g.
+# "--repeat 3").
 set -u
 out=${1:-${OUT:?give OUTDIR or set OUT}}
 mkdir -p "$out"
@@ -87,7 +88,7 @@ fi
 : > "$out/steps.txt"
 facts > "$out/facts.log" 2>&1
 tests="tests/test_distributed_gpu.py tests/test_distributed_gpu_small.py"
-for n in 2 4; do
+for n in ${TESTS-2 4}; do
     # shellcheck disable=SC2086
     step "tests_${n}gpu" 90 $((n == 2 ? 420 : 330)) \
         mpiexec -n "$n" "$python" -m pytest $tests -q -p no:cacheprovider -rs
