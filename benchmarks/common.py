@@ -135,9 +135,10 @@ def cpu_name():
 
 
 def mpi_version():
-    """The MPI library's first line of version text (mpi4py)."""
+    """The MPI library's first line of version text (mpi4py; Open MPI
+    ends it with a NUL)."""
     from mpi4py import MPI
-    return MPI.Get_library_version().splitlines()[0].strip()
+    return MPI.Get_library_version().splitlines()[0].strip("\0 \t")
 
 
 def mpi_results(ranks, script, worker_args, env, timeout):
