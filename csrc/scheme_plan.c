@@ -346,6 +346,9 @@ sch_stream_signature(const sch_stream_tables *t)
                                  (i * 2 + c) * K + f);
             }
         }
+        if (t->constant[i] != 0.0) {
+            sig |= SST_CONSTANT(i);
+        }
     }
     return sig;
 }

@@ -262,6 +262,14 @@ group_centres(const sst_params &p, int i, int c, int f)
                     : p.t.ncentre[i][c][f];
 }
 
+/* Whether update i adds a constant: from SIG, the same way. */
+template <unsigned long long SIG>
+static __device__ __forceinline__ bool
+has_constant(const sst_params &p, int i)
+{
+    return SIG != 0 ? (SIG & SST_CONSTANT(i)) != 0 : p.t.constant[i] != 0.0;
+}
+
 /* Parameter field q at row `row` (mapped or clamped: GENERAL) and the
    lane's columns. */
 template <bool GENERAL>
@@ -384,7 +392,7 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
     }
 #pragma unroll
     for (int i = 0; i < K; i++) {
-        if (p.t.constant[i] != 0.0) {
+        if (has_constant<SIG>(p, i)) {
 #pragma unroll
             for (int j = 0; j < SST_V; j++) {
                 out[i][j] += p.t.constant[i];
@@ -683,6 +691,9 @@ dispatch(cs_cuda_ctx *ctx, sst_params *p)
         }
         if (sig == SST_SIG_PLUS) {
             return launch<1, 0, false, 8, SST_SIG_PLUS>(ctx, p);
+        }
+        if (sig == SST_SIG_PLUS_SOURCE) {
+            return launch<1, 0, false, 8, SST_SIG_PLUS_SOURCE>(ctx, p);
         }
         return sig == SST_SIG_BOX
                    ? launch<1, 0, false, 8, SST_SIG_BOX>(ctx, p)
