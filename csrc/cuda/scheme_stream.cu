@@ -262,6 +262,21 @@ group_centres(const sst_params &p, int i, int c, int f)
                     : p.t.ncentre[i][c][f];
 }
 
+/* Whether every group reading field f takes its centre alone (known
+   only from SIG). */
+template <int K, unsigned long long SIG>
+static __device__ __forceinline__ bool
+centre_only(int f)
+{
+    bool only = SIG != 0;
+#pragma unroll
+    for (int g = 0; g < 2 * K; g++) { /* update i = g / 2, part g % 2 */
+        const int kind = (int)((SIG >> (5 * (g * K + f))) & 7u);
+        only = only && (kind == SST_NONE || kind == SST_CENTRE);
+    }
+    return only;
+}
+
 /* Whether update i adds a constant: from SIG, the same way. */
 template <unsigned long long SIG>
 static __device__ __forceinline__ bool
@@ -346,7 +361,17 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
     double e[K][SST_V + 2];
 #pragma unroll
     for (int f = 0; f < K; f++) {
-        neighbours(a[f], e[f]);
+        if (centre_only<K, SIG>(f)) {
+            /* no shuffles: the compiler drops unused ones, but not the
+               warp-convergence checks before them */
+#pragma unroll
+            for (int j = 0; j < SST_V; j++) {
+                e[f][j + 1] = a[f][j];
+            }
+            e[f][0] = e[f][SST_V + 1] = 0.0;
+        } else {
+            neighbours(a[f], e[f]);
+        }
     }
     double out[K][SST_V];
 #pragma unroll
