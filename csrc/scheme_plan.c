@@ -366,6 +366,9 @@ sch_stream_pw_signature(const sch_stream_tables *t)
             for (int f = 0; f < t->fields; f++) {
                 sig |= SST_PW_POWER(i, m, f, t->pw_power[i][m][f]);
             }
+            if (t->pw_param[i][m] >= 0) {
+                sig |= SST_PW_PARAM(i, m);
+            }
         }
     }
     return sig;

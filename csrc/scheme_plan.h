@@ -200,12 +200,14 @@ sch_stream_signature(const sch_stream_tables *t);
 
 /* The pointwise terms of tables t as one number, where every update has
    at most SST_PW_COMPILED of them: per update i (bits from 20 i) their
-   count, then each term's power of each field (3 bits); 0 otherwise. */
+   count, then each term's power of each field (3 bits), and from bit 40
+   which terms a parameter field scales; 0 otherwise. */
 #define SST_PW_COMPILED 3
 #define SST_PW_COUNT(i, n) ((unsigned long long)(n) << (20 * (i)))
 #define SST_PW_POWER(i, m, f, power)                                         \
     ((unsigned long long)(power)                                             \
      << (20 * (i) + 2 + 3 * ((m) * SST_FIELDS + (f))))
+#define SST_PW_PARAM(i, m) (1ull << (40 + SST_PW_COMPILED * (i) + (m)))
 unsigned long long
 sch_stream_pw_signature(const sch_stream_tables *t);
 

@@ -308,13 +308,18 @@ param_row(const sst_params &p, const sst_strip &s, int q, ptrdiff_t row,
    parameter field at `row`) times the product of the fields' powers
    (power(f)) at the completed row, each field multiplied in one at a
    time as the reference does. */
-template <int K, int KP, bool PW, bool GENERAL, class Powers>
+template <int K, int KP, bool PW, unsigned long long PWSIG, bool GENERAL,
+          class Powers>
 static __device__ __forceinline__ void
 add_pointwise(const sst_params &p, const sst_strip &s,
               const sst_level<K, KP, PW> &L, int i, int m, ptrdiff_t row,
               Powers power, double (&out)[SST_V])
 {
-    const int q = p.t.pw_param[i][m];
+    /* with the terms compiled in (PWSIG), whether a parameter scales
+       the term is known too */
+    const int q = PWSIG == 0 || (PWSIG & SST_PW_PARAM(i, m)) != 0
+                      ? p.t.pw_param[i][m]
+                      : -1;
     double c[SST_V];
     if (q >= 0) {
         param_row<GENERAL>(p, s, q, row, c);
@@ -431,7 +436,7 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
 #pragma unroll
                 for (int m = 0; m < SST_PW_COMPILED; m++) {
                     if (m < (int)((PWSIG >> (20 * i)) & 3u)) {
-                        add_pointwise<K, KP, PW, GENERAL>(
+                        add_pointwise<K, KP, PW, PWSIG, GENERAL>(
                             p, s, L, i, m, row,
                             [&](int f) {
                                 return (int)((PWSIG >> (20 * i + 2
@@ -444,7 +449,7 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
                 }
             } else {
                 for (int m = 0; m < p.t.npw[i]; m++) {
-                    add_pointwise<K, KP, PW, GENERAL>(
+                    add_pointwise<K, KP, PW, PWSIG, GENERAL>(
                         p, s, L, i, m, row,
                         [&](int f) { return (int)p.t.pw_power[i][m][f]; },
                         out[i]);
