@@ -346,6 +346,9 @@ sch_stream_signature(const sch_stream_tables *t)
                                  (i * 2 + c) * K + f);
             }
         }
+        if (t->constant[i] != 0.0) {
+            sig |= SST_CONSTANT(i);
+        }
     }
     return sig;
 }
@@ -362,6 +365,9 @@ sch_stream_pw_signature(const sch_stream_tables *t)
         for (int m = 0; m < t->npw[i]; m++) {
             for (int f = 0; f < t->fields; f++) {
                 sig |= SST_PW_POWER(i, m, f, t->pw_power[i][m][f]);
+            }
+            if (t->pw_param[i][m] >= 0) {
+                sig |= SST_PW_PARAM(i, m);
             }
         }
     }
@@ -391,7 +397,9 @@ sch_stream_max_depth(const sch_stream_tables *t)
     /* the levels each instance of scheme_stream.cu's kernel holds (its
        dispatch): about 48 doubles of partial rows a lane, more where
        the patterns and pointwise terms are compiled in and nothing
-       spills */
+       spills (registers decide: the deepest parameter ring, 2 (6 + 4)
+       rows of 64 doubles a warp, leaves room for the 3 blocks an SM
+       the kernel is built for) */
     const unsigned long long sig = sch_stream_signature(t);
     const int pw = t->pointwise != 0;
     const int compiled = sch_stream_pw_compiled(t);
@@ -1006,7 +1014,9 @@ tb_cost(int smem_optin, const sch_stage_plan *plans, int stages,
    90% of the copy floor, or its operations at SST_OP_RATE, whichever
    takes longer.  Operations, a level and point: a multiply-add per tap
    and centre coefficient, SST_OPS_FIELD per field (its shuffles and
-   moves), SST_OPS_PARAM per parameter read, and a pointwise term
+   moves), SST_OPS_SCALE per scaled sum's parameter (read from the
+   warp's parameter ring), SST_OPS_PARAM per pointwise term's parameter
+   (read from global memory by each level), and a pointwise term
    SST_OPS_TERM plus SST_OPS_FACTOR per field where its powers are
    multiplied in as run-time counts, 2 plus its powers where they are
    compiled in (sch_stream_pw_compiled).  Fitted on the H100 (10240^2,
@@ -1019,6 +1029,11 @@ tb_cost(int smem_optin, const sch_stage_plan *plans, int stages,
 #define SST_OP_RATE 7.0e12
 #define SST_OPS_FIELD 4
 #define SST_OPS_PARAM 12
+/* an estimate awaiting measurement: one 16-byte shared load a lane and
+   level (2 points), and the row's two cp.async a lane spread over the
+   levels; it was SST_OPS_PARAM, fitted, while every level read the row
+   from global memory */
+#define SST_OPS_SCALE 2
 #define SST_OPS_TERM 6
 #define SST_OPS_FACTOR 8
 static double
@@ -1036,7 +1051,7 @@ stream_cost(const sch_stream_tables *t, int nparams, int depth)
                        + t->ncentre[i][c][f];
             }
         }
-        ops += SST_OPS_FIELD + (t->scale_param[i] >= 0 ? SST_OPS_PARAM : 0);
+        ops += SST_OPS_FIELD + (t->scale_param[i] >= 0 ? SST_OPS_SCALE : 0);
         for (int m = 0; m < t->npw[i]; m++) {
             int powers = 0;
             for (int f = 0; f < t->fields; f++) {

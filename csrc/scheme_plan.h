@@ -168,16 +168,19 @@ typedef struct sch_stream_tables {
 
 /* The patterns of every group of tables t as one number: 5 bits a
    group (the pattern, and its centre coefficients' count times 8),
-   group (i, c, f) at bit 5 ((2 i + c) K + f). */
+   group (i, c, f) at bit 5 ((2 i + c) K + f); and SST_CONSTANT(i) where
+   update i adds a constant. */
+#define SST_CONSTANT(i) (1ull << (40 + (i)))
 unsigned long long
 sch_stream_signature(const sch_stream_tables *t);
 
 /* Signatures scheme_stream.cu compiles with their patterns fixed (a
    push per group known while compiling: no branches, no shuffles for a
-   field read at its centre alone): the leapfrog wave (u: L(u), u, up;
-   up: u), the wave with a velocity field (the Laplacian scaled), two
-   fields each diffusing (reaction-diffusion), one field under a plus or
-   a 3 x 3 box. */
+   field read at its centre alone, no constant where none is added):
+   the leapfrog wave (u: L(u), u, up; up: u), the wave with a velocity
+   field (the Laplacian scaled), two fields each diffusing with a
+   constant in the first (Gray-Scott's F), one field under a plus (with
+   or without a constant) or a 3 x 3 box. */
 #define SST_GROUP(kind, centres, g)                                          \
     ((unsigned long long)((kind) | (centres) << 3) << (5 * (g)))
 #define SST_SIG_WAVE                                                         \
@@ -187,21 +190,24 @@ sch_stream_signature(const sch_stream_tables *t);
     (SST_GROUP(SST_NONE, 1, 0) | SST_GROUP(SST_NONE, 1, 1)                   \
      | SST_GROUP(SST_PLUS, 0, 2) | SST_GROUP(SST_NONE, 1, 4))
 #define SST_SIG_DIFFUSING_PAIR                                               \
-    (SST_GROUP(SST_PLUS, 2, 0) | SST_GROUP(SST_PLUS, 2, 5))
+    (SST_GROUP(SST_PLUS, 2, 0) | SST_GROUP(SST_PLUS, 2, 5) | SST_CONSTANT(0))
 #define SST_SIG_DIFFUSING_PAIR_MERGED /* like terms summed: 0.96 u */      \
-    (SST_GROUP(SST_PLUS, 1, 0) | SST_GROUP(SST_PLUS, 1, 5))
+    (SST_GROUP(SST_PLUS, 1, 0) | SST_GROUP(SST_PLUS, 1, 5) | SST_CONSTANT(0))
 #define SST_SIG_PLUS SST_GROUP(SST_PLUS, 1, 0)
+#define SST_SIG_PLUS_SOURCE (SST_SIG_PLUS | SST_CONSTANT(0))
 #define SST_SIG_PLUS_REACTING SST_GROUP(SST_PLUS, 2, 0)
 #define SST_SIG_BOX SST_GROUP(SST_BOX, 1, 0)
 
 /* The pointwise terms of tables t as one number, where every update has
    at most SST_PW_COMPILED of them: per update i (bits from 20 i) their
-   count, then each term's power of each field (3 bits); 0 otherwise. */
+   count, then each term's power of each field (3 bits), and from bit 40
+   which terms a parameter field scales; 0 otherwise. */
 #define SST_PW_COMPILED 3
 #define SST_PW_COUNT(i, n) ((unsigned long long)(n) << (20 * (i)))
 #define SST_PW_POWER(i, m, f, power)                                         \
     ((unsigned long long)(power)                                             \
      << (20 * (i) + 2 + 3 * ((m) * SST_FIELDS + (f))))
+#define SST_PW_PARAM(i, m) (1ull << (40 + SST_PW_COMPILED * (i) + (m)))
 unsigned long long
 sch_stream_pw_signature(const sch_stream_tables *t);
 

@@ -254,9 +254,10 @@ def test_blocked_pass_setting_is_checked(rng, monkeypatch):
 # Streamed passes (csrc/cuda/scheme_stream.cu): one-stage 2D schemes of
 # one or two fields, stencils within 3 x 3, wrap or constant.  Each entry:
 # the scheme, its parameter fields, the deepest pass its kernel holds
-# (sch_stream_max_depth).  The leapfrog waves, Gray-Scott and Allen-Cahn
-# run kernels with their patterns and pointwise terms compiled in; the
-# others the kernels that read them at run time.
+# (sch_stream_max_depth).  The leapfrog waves, Gray-Scott, Allen-Cahn and
+# the heat equation with a constant source run kernels with their
+# patterns and pointwise terms compiled in; the others the kernels that
+# read them at run time.
 def plain_wave():
     u, up = cs.fields("u up")
     return cs.Scheme({u: 2 * u - up + 0.2 * cs.laplacian(2)(u), up: u})
@@ -267,6 +268,11 @@ def damped_wave_box():
     u, up = cs.fields("u up")
     box = cs.Stencil(weights=np.arange(1.0, 10.0).reshape(3, 3) / 50)
     return cs.Scheme({u: 1.9 * u - 0.9 * up + box(u) - 0.3 * u, up: u})
+
+
+def heat_constant_source():
+    h = cs.fields("h")
+    return cs.Scheme({h: h + 0.2 * cs.laplacian(2)(h) + 0.01})
 
 
 def heat_with_source():
@@ -304,6 +310,7 @@ STREAM_SCHEMES = {
     "gray-scott": (lambda: gray_scott(2), (), 5),
     "allen-cahn": (allen_cahn, (), 8),
     "damped-wave-box": (damped_wave_box, (), 8),
+    "heat-constant": (heat_constant_source, (), 8),
     "heat-source": (heat_with_source, ("s",), 6),
     "advection-reaction": (advection_reaction, ("s",), 6),
     "scaled-diffusion": (scaled_diffusion, ("s",), 3),

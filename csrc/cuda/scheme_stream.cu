@@ -14,7 +14,11 @@
  * parameter field, pushed into partial rows as tb2d pushes its kernel
  * rows (2 per update and group); a constant; and pointwise terms, which
  * read the fields at the completed row (the row that arrived before,
- * kept per level).  A field no update sets is its own centre tap.
+ * kept per level).  A field no update sets is its own centre tap.  The
+ * scaled sums' parameter rows arrive with the fields' rows into a ring
+ * of their own, each read once a pass and kept until the deepest level
+ * has multiplied by it (level t reads the row level t - 1 read one row
+ * before).
  *
  * The sums are those of the one-step passes in another order (rounding
  * differs in the last bits; which taps multiply is the same, so NaN and
@@ -32,6 +36,9 @@
 
 #define SST_WARPS 4  /* warps of a block, each streaming its own strip */
 #define SST_RING 4   /* rows in flight or waiting, per warp */
+/* Parameter rows a warp keeps (TMAX levels): a row arrives with the
+   fields' and stays until the deepest level has read it. */
+#define SST_PRING(tmax) ((tmax) + SST_RING)
 #define SST_V 2      /* columns of a lane */
 #define SST_SW (32 * SST_V)
 #define SST_MIN_BLOCKS 3
@@ -48,6 +55,7 @@ typedef struct sst_params {
     const double *src[SST_FIELDS]; /* in kernel field order */
     double *dst[SST_FIELDS];       /* NULL: not written */
     const double *par[CS_SCHEME_MAX_PARAMS];
+    const double *spar[SST_FIELDS]; /* update i's scaled sum's parameter */
     ptrdiff_t ny, nx;
     ptrdiff_t strips, segs, seg_rows, items;
     int depth; /* steps of this pass */
@@ -77,14 +85,53 @@ struct sst_level {
     double last[PW ? K : 1][SST_V];
 };
 
+/* The parameter ring of a warp: per scaled sum, 2 SST_PRING slots of SW
+   doubles, each row in slot k and its mirror k + SST_PRING, so that the
+   rows a level reads lie at fixed offsets below the newest (no wrap). */
+template <int TMAX>
+static __device__ __forceinline__ constexpr int
+sst_pstride()
+{
+    return 2 * SST_PRING(TMAX) * SST_SW;
+}
+
+/* Start reading row `row` of the scaled sums' parameter fields into
+   this lane's cells of a parameter ring slot and its mirror.  Rows and
+   columns outside the grid wrap, or under constant clamp (what they
+   scale there is replaced by cval at the next level). */
+template <int KP, int TMAX, bool GENERAL>
+static __device__ __forceinline__ void
+read_params(const sst_params &p, const sst_strip &s, ptrdiff_t row,
+            double *pslot)
+{
+    ptrdiff_t m = row;
+    if (GENERAL && (row < 0 || row >= p.ny)) {
+        m = p.mode == CS_MODE_WRAP ? cs_extend_index(row, p.ny, p.mode)
+                                   : (row < 0 ? 0 : p.ny - 1);
+    }
+#pragma unroll
+    for (int q = 0; q < KP; q++) {
+        const double *r = p.spar[q] + m * p.nx;
+        double *d = pslot + q * sst_pstride<TMAX>();
+#pragma unroll
+        for (int j = 0; j < SST_V; j++) {
+            const double *from = r + (GENERAL ? s.col[j] : s.gx0 + j);
+            cs_copy_async8(d + j, from, true);
+            cs_copy_async8(d + SST_PRING(TMAX) * SST_SW + j, from, true);
+        }
+    }
+}
+
 /* Start reading row `row` of every field into this lane's cells of a
-   ring slot (K x SW doubles).  GENERAL: the row or a column lies outside
-   the grid. */
-template <int K, bool GENERAL>
+   ring slot (K x SW doubles), and of the parameter fields into the
+   parameter ring's slot `pslot`.  GENERAL: the row or a column lies
+   outside the grid. */
+template <int K, int KP, int TMAX, bool GENERAL>
 static __device__ __forceinline__ void
 read_row(const sst_params &p, const sst_strip &s, ptrdiff_t row,
-         double *slot)
+         double *slot, double *pslot)
 {
+    read_params<KP, TMAX, GENERAL>(p, s, row, pslot);
     if (!GENERAL) {
 #pragma unroll
         for (int f = 0; f < K; f++) {
@@ -215,6 +262,29 @@ group_centres(const sst_params &p, int i, int c, int f)
                     : p.t.ncentre[i][c][f];
 }
 
+/* Whether every group reading field f takes its centre alone (known
+   only from SIG). */
+template <int K, unsigned long long SIG>
+static __device__ __forceinline__ bool
+centre_only(int f)
+{
+    bool only = SIG != 0;
+#pragma unroll
+    for (int g = 0; g < 2 * K; g++) { /* update i = g / 2, part g % 2 */
+        const int kind = (int)((SIG >> (5 * (g * K + f))) & 7u);
+        only = only && (kind == SST_NONE || kind == SST_CENTRE);
+    }
+    return only;
+}
+
+/* Whether update i adds a constant: from SIG, the same way. */
+template <unsigned long long SIG>
+static __device__ __forceinline__ bool
+has_constant(const sst_params &p, int i)
+{
+    return SIG != 0 ? (SIG & SST_CONSTANT(i)) != 0 : p.t.constant[i] != 0.0;
+}
+
 /* Parameter field q at row `row` (mapped or clamped: GENERAL) and the
    lane's columns. */
 template <bool GENERAL>
@@ -238,13 +308,18 @@ param_row(const sst_params &p, const sst_strip &s, int q, ptrdiff_t row,
    parameter field at `row`) times the product of the fields' powers
    (power(f)) at the completed row, each field multiplied in one at a
    time as the reference does. */
-template <int K, int KP, bool PW, bool GENERAL, class Powers>
+template <int K, int KP, bool PW, unsigned long long PWSIG, bool GENERAL,
+          class Powers>
 static __device__ __forceinline__ void
 add_pointwise(const sst_params &p, const sst_strip &s,
               const sst_level<K, KP, PW> &L, int i, int m, ptrdiff_t row,
               Powers power, double (&out)[SST_V])
 {
-    const int q = p.t.pw_param[i][m];
+    /* with the terms compiled in (PWSIG), whether a parameter scales
+       the term is known too */
+    const int q = PWSIG == 0 || (PWSIG & SST_PW_PARAM(i, m)) != 0
+                      ? p.t.pw_param[i][m]
+                      : -1;
     double c[SST_V];
     if (q >= 0) {
         param_row<GENERAL>(p, s, q, row, c);
@@ -269,14 +344,14 @@ add_pointwise(const sst_params &p, const sst_strip &s,
 /*
  * One level: row `rin` of the fields after t steps arrives in a; on
  * return a holds row rin - 1 after t + 1 steps, complete, and L the
- * partial rows below it.  GENERAL: some row or column involved lies
- * outside the grid.
+ * partial rows below it.  prow: row rin - 1 in the parameter ring.
+ * GENERAL: some row or column involved lies outside the grid.
  */
-template <int K, int KP, bool PW, unsigned long long SIG,
+template <int K, int KP, bool PW, int TMAX, unsigned long long SIG,
           unsigned long long PWSIG, bool GENERAL>
 static __device__ __forceinline__ void
 level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
-           double (&a)[K][SST_V], ptrdiff_t rin)
+           double (&a)[K][SST_V], ptrdiff_t rin, const double *prow)
 {
     if (GENERAL && p.mode == CS_MODE_CONSTANT) {
         const bool row_out = rin < 0 || rin >= p.ny;
@@ -291,7 +366,17 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
     double e[K][SST_V + 2];
 #pragma unroll
     for (int f = 0; f < K; f++) {
-        neighbours(a[f], e[f]);
+        if (centre_only<K, SIG>(f)) {
+            /* no shuffles: the compiler drops unused ones, but not the
+               warp-convergence checks before them */
+#pragma unroll
+            for (int j = 0; j < SST_V; j++) {
+                e[f][j + 1] = a[f][j];
+            }
+            e[f][0] = e[f][SST_V + 1] = 0.0;
+        } else {
+            neighbours(a[f], e[f]);
+        }
     }
     double out[K][SST_V];
 #pragma unroll
@@ -327,16 +412,17 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
                  p.t.centre[i][1][f], e[f], sum, L.scaled[i][0],
                  L.scaled[i][1]);
         }
-        double c[SST_V];
-        param_row<GENERAL>(p, s, p.t.scale_param[i], row, c);
-#pragma unroll
-        for (int j = 0; j < SST_V; j++) {
-            out[i][j] = fma(c[j], sum[j], out[i][j]);
-        }
+        /* one 16-byte load: SST_V = 2, and lane * SST_V doubles from a
+           slot's 16-byte aligned start */
+        static_assert(SST_V == 2, "a lane's parameters as one double2");
+        const double2 c = *reinterpret_cast<const double2 *>(
+            prow + i * sst_pstride<TMAX>());
+        out[i][0] = fma(c.x, sum[0], out[i][0]);
+        out[i][1] = fma(c.y, sum[1], out[i][1]);
     }
 #pragma unroll
     for (int i = 0; i < K; i++) {
-        if (p.t.constant[i] != 0.0) {
+        if (has_constant<SIG>(p, i)) {
 #pragma unroll
             for (int j = 0; j < SST_V; j++) {
                 out[i][j] += p.t.constant[i];
@@ -350,7 +436,7 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
 #pragma unroll
                 for (int m = 0; m < SST_PW_COMPILED; m++) {
                     if (m < (int)((PWSIG >> (20 * i)) & 3u)) {
-                        add_pointwise<K, KP, PW, GENERAL>(
+                        add_pointwise<K, KP, PW, PWSIG, GENERAL>(
                             p, s, L, i, m, row,
                             [&](int f) {
                                 return (int)((PWSIG >> (20 * i + 2
@@ -363,7 +449,7 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
                 }
             } else {
                 for (int m = 0; m < p.t.npw[i]; m++) {
-                    add_pointwise<K, KP, PW, GENERAL>(
+                    add_pointwise<K, KP, PW, PWSIG, GENERAL>(
                         p, s, L, i, m, row,
                         [&](int f) { return (int)p.t.pw_power[i][m][f]; },
                         out[i]);
@@ -388,12 +474,15 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
 }
 
 /* Row r of level 0 through the pass's levels, and row r - depth stored.
-   `slot`: the ring slot row r is in. */
+   `slot`: the ring slot row r is in; prow: row r - 1 in the parameter
+   ring (level t reads row r - 1 - t, t slots below: the mirror keeps
+   them unwrapped). */
 template <int K, int KP, bool PW, int TMAX, unsigned long long SIG,
           unsigned long long PWSIG, bool GENERAL>
 static __device__ __forceinline__ void
 stream_row(const sst_params &p, const sst_strip &s,
-           sst_level<K, KP, PW> (&L)[TMAX], const double *slot, ptrdiff_t r)
+           sst_level<K, KP, PW> (&L)[TMAX], const double *slot,
+           const double *prow, ptrdiff_t r)
 {
     double a[K][SST_V];
 #pragma unroll
@@ -406,8 +495,8 @@ stream_row(const sst_params &p, const sst_strip &s,
 #pragma unroll
     for (int t = 0; t < TMAX; t++) {
         if (t < p.depth) {
-            level_step<K, KP, PW, SIG, PWSIG, GENERAL>(p, s, L[t], a,
-                                                       r - t);
+            level_step<K, KP, PW, TMAX, SIG, PWSIG, GENERAL>(
+                p, s, L[t], a, r - t, prow - t * SST_SW);
         }
     }
     const ptrdiff_t row = r - p.depth; /* complete after depth steps */
@@ -428,6 +517,14 @@ stream_row(const sst_params &p, const sst_strip &s,
     }
 }
 
+/* A warp's shared memory: the fields' ring, then the parameter ring. */
+template <int K, int KP, int TMAX>
+static __host__ __device__ constexpr int
+sst_warp_doubles()
+{
+    return SST_RING * K * SST_SW + KP * 2 * SST_PRING(TMAX) * SST_SW;
+}
+
 template <int K, int KP, bool PW, int TMAX, unsigned long long SIG,
           unsigned long long PWSIG>
 __global__ void __launch_bounds__(SST_WARPS * 32, SST_MIN_BLOCKS)
@@ -442,8 +539,9 @@ sst_kernel(const SST_GRID_CONSTANT sst_params p)
         if (item >= p.items) {
             return; /* the whole warp */
         }
-        constexpr int RING = SST_RING * K * SST_SW;
-        double *ring = smem + warp * RING + lane * SST_V;
+        double *ring = smem + warp * sst_warp_doubles<K, KP, TMAX>()
+                       + lane * SST_V;
+        double *pring = ring + SST_RING * K * SST_SW;
         const ptrdiff_t strip = item % p.strips;
         const ptrdiff_t seg = item / p.strips;
         const int M = p.margin;
@@ -486,14 +584,31 @@ sst_kernel(const SST_GRID_CONSTANT sst_params p)
             }
         }
         const ptrdiff_t first = s.y0 - p.depth, last = s.y1 - 1 + p.depth;
+        /* row x in field slot (x - first) mod SST_RING and parameter
+           slot (x - first) mod NP; first the parameter rows the levels
+           read before row `first` (their results are not kept, but so
+           every product is of real cells' values) */
+        constexpr int NP = SST_PRING(TMAX);
+        if constexpr (KP > 0) {
+#pragma unroll 1
+            for (int i = 0; i < p.depth; i++) {
+                read_params<KP, TMAX, true>(
+                    p, s, first - p.depth + i,
+                    pring + (NP - p.depth + i) * SST_SW);
+            }
+        }
 #pragma unroll
         for (int i = 0; i < SST_RING - 1; i++) {
             if (first + i <= last) {
-                read_row<K, true>(p, s, first + i, ring + i * K * SST_SW);
+                read_row<K, KP, TMAX, true>(p, s, first + i,
+                                            ring + i * K * SST_SW,
+                                            pring + i * SST_SW);
             }
             cs_copy_commit();
         }
-        int slot = 0;
+        /* row r's field slot, and the parameter slot of the row read
+           ahead (row r - 1 lies SST_RING slots below, the mirror's) */
+        int slot = 0, pa = SST_RING - 1;
         for (ptrdiff_t r = first; r <= last; r++) {
             const ptrdiff_t ahead = r + SST_RING - 1;
             /* plain: every row a level meets, and the row read ahead,
@@ -502,24 +617,27 @@ sst_kernel(const SST_GRID_CONSTANT sst_params p)
                                && ahead < p.ny;
             double *next = ring + ((slot + SST_RING - 1) % SST_RING)
                                       * K * SST_SW;
+            double *pnext = pring + pa * SST_SW;
             if (ahead <= last) {
                 if (plain) {
-                    read_row<K, false>(p, s, ahead, next);
+                    read_row<K, KP, TMAX, false>(p, s, ahead, next, pnext);
                 } else {
-                    read_row<K, true>(p, s, ahead, next);
+                    read_row<K, KP, TMAX, true>(p, s, ahead, next, pnext);
                 }
             }
             cs_copy_commit();
             cs_copy_wait<SST_RING - 1>(); /* row r's copies (this lane's) */
             const double *cur = ring + slot * K * SST_SW;
+            const double *prow = pnext + (NP - SST_RING) * SST_SW;
             if (plain) {
                 stream_row<K, KP, PW, TMAX, SIG, PWSIG, false>(p, s, L, cur,
-                                                               r);
+                                                               prow, r);
             } else {
                 stream_row<K, KP, PW, TMAX, SIG, PWSIG, true>(p, s, L, cur,
-                                                              r);
+                                                              prow, r);
             }
             slot = (slot + 1) % SST_RING;
+            pa = pa + 1 < NP ? pa + 1 : 0;
         }
         cs_copy_wait<0>();
     }
@@ -535,7 +653,7 @@ static cs_status
 launch(cs_cuda_ctx *ctx, sst_params *p)
 {
     constexpr int threads = SST_WARPS * 32;
-    const size_t smem = (size_t)SST_WARPS * SST_RING * K * SST_SW
+    const size_t smem = (size_t)SST_WARPS * sst_warp_doubles<K, KP, TMAX>()
                         * sizeof(double);
     if (p->depth > TMAX) { /* sch_stream_max_depth and dispatch disagree */
         cs_cuda_message(ctx, "scheme stream: %d steps a pass, the kernel "
@@ -543,6 +661,8 @@ launch(cs_cuda_ctx *ctx, sst_params *p)
                         p->depth, TMAX);
         return CS_ERR_INVALID;
     }
+    CS_TRY(cs_cuda_allow_smem(ctx, sst_kernel<K, KP, PW, TMAX, SIG, PWSIG>,
+                              smem, "scheme stream kernel"));
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -602,6 +722,9 @@ dispatch(cs_cuda_ctx *ctx, sst_params *p)
         if (sig == SST_SIG_PLUS) {
             return launch<1, 0, false, 8, SST_SIG_PLUS>(ctx, p);
         }
+        if (sig == SST_SIG_PLUS_SOURCE) {
+            return launch<1, 0, false, 8, SST_SIG_PLUS_SOURCE>(ctx, p);
+        }
         return sig == SST_SIG_BOX
                    ? launch<1, 0, false, 8, SST_SIG_BOX>(ctx, p)
                    : launch<1, 0, false, 8>(ctx, p);
@@ -660,6 +783,9 @@ sch_stream_pass(cs_cuda_ctx *ctx, const sch_tb_call *call,
     }
     for (int q = 0; q < call->nparams; q++) {
         p->par[q] = call->params[q];
+    }
+    for (int i = 0; i < t->scaled; i++) {
+        p->spar[i] = call->params[t->scale_param[i]];
     }
     p->ny = call->n[0];
     p->nx = call->n[1];
