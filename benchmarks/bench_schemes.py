@@ -41,10 +41,13 @@ summary table shows the engine's default.  (Records of commit 950d1b6
 also carry a `kernel`: the instances it offered, r4u1 the one kept.)
 
     python benchmarks/bench_schemes.py --save h100_schemes
+    python benchmarks/bench_schemes.py --reprice h100_schemes  # no GPU:
+        # explain() at this commit against the saved device times
 
 Needs CuPy.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -423,6 +426,28 @@ def markdown(records, prov, steps, repeat):
     return "\n".join(lines) + "\n"
 
 
+def reprice(stem):
+    """Print explain()'s prediction at this commit (the model's GPU side
+    needs no GPU: an H100 is assumed) for each API call measured in
+    results/<stem>.json, and the measured / predicted fraction."""
+    with open(os.path.join(common.RESULTS, stem + ".json")) as f:
+        records = json.load(f)
+    print("explain() at %s against the device times of %s.json "
+          "(measured at %s on %s):" % (common.commit(), stem,
+                                      records[0].get("commit"),
+                                      records[0].get("device")))
+    print("| preset | path/depth | measured s | predicted s | measured / "
+          "predicted |\n|---|---|---|---|---|")
+    for r in records:
+        if r.get("system") != "convstencil-scheme-api":
+            continue
+        e = cs.explain(tuple(r["shape"]), public_scheme(r["preset"]),
+                       steps=r["steps"], backend="cuda")
+        print("| %s | %s/%d | %.5f | %.5f | %.2f |" % (
+            r["preset"], e.path, e.fused_depth, r["device_seconds"],
+            e.predicted_seconds, r["device_seconds"] / e.predicted_seconds))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", default=",".join(PRESETS))
@@ -439,7 +464,13 @@ def main():
                         help="small grids: a smoke check, not figures")
     parser.add_argument("--save", default="",
                         help="write results/NAME.json and NAME.md")
+    parser.add_argument("--reprice", default="",
+                        help="no GPU run: explain()'s prediction at this "
+                        "commit for the API calls of results/NAME.json, "
+                        "against the device times measured there")
     args = parser.parse_args()
+    if args.reprice:
+        return reprice(args.reprice)
     import cupy as cp
     import cupyx.scipy.ndimage as ndi
 

@@ -392,6 +392,21 @@ sch_stream_pw_compiled(const sch_stream_tables *t)
 }
 
 int
+sch_stream_compiled(const sch_stream_tables *t)
+{
+    const unsigned long long sig = sch_stream_signature(t);
+    if (t->pointwise) {
+        return sch_stream_pw_compiled(t);
+    }
+    if (t->fields == 1) {
+        return !t->scaled && (sig == SST_SIG_PLUS || sig == SST_SIG_BOX
+                              || sig == SST_SIG_PLUS_SOURCE);
+    }
+    return (t->scaled == 0 && sig == SST_SIG_WAVE)
+           || (t->scaled == 1 && sig == SST_SIG_WAVE_SCALED);
+}
+
+int
 sch_stream_max_depth(const sch_stream_tables *t)
 {
     /* the levels each instance of scheme_stream.cu's kernel holds (its
@@ -1010,26 +1025,37 @@ tb_cost(int smem_optin, const sch_stage_plan *plans, int stages,
 
 /* The model's streamed pass (scheme_stream.cu) of tables t at `depth`
    steps, a grid point and step: the fields and parameters read and the
-   updated fields written once a pass, over the strip's own columns, at
-   90% of the copy floor, or its operations at SST_OP_RATE, whichever
-   takes longer.  Operations, a level and point: a multiply-add per tap
+   updated fields written once a pass at 90% of the copy floor (the
+   margins a strip reads are its neighbours' own columns, which the
+   neighbouring warps read at about the same time: L2 serves them), or
+   its operations over the strip's own columns at SST_OP_RATE_COMPILED
+   (instances with the patterns compiled in, sch_stream_compiled) or
+   SST_OP_RATE (patterns read at run time), whichever takes longer.  Operations, a level and point: a multiply-add per tap
    and centre coefficient, SST_OPS_FIELD per field (its shuffles and
    moves), SST_OPS_SCALE per scaled sum's parameter (read from the
    warp's parameter ring), SST_OPS_PARAM per pointwise term's parameter
    (read from global memory by each level), and a pointwise term
    SST_OPS_TERM plus SST_OPS_FACTOR per field where its powers are
    multiplied in as run-time counts, 2 plus its powers where they are
-   compiled in (sch_stream_pw_compiled).  Fitted on the H100 (10240^2,
-   48 steps, h100_schemes_streamed.md): the leapfrog wave at depth 6
-   (368 G/s, the model 356), with a velocity field (207, 203), Gray-Scott
-   with run-time terms at depth 4 (91, 93), compiled at depth 5 (186,
-   190). */
+   compiled in (sch_stream_pw_compiled).  SST_OP_RATE was fitted on the
+   H100 (10240^2, 48 steps, h100_schemes_streamed.md) to Gray-Scott with
+   run-time terms at depth 4 (91 G/s, the model 93);
+   SST_OP_RATE_COMPILED to the compiled instances after their per-level
+   instructions were cut by 40 to 45% (h100_schemes_streamed_ring.md,
+   G/s measured and modelled): the wave at depths 2, 4, 8 (167, 169;
+   324, 338; 539, 506), with a velocity field at 2, 4, 6 (135, 135; 263,
+   270; 374, 405), Gray-Scott at 2, 4, 5 (150, 169; 267, 315; 288, 293).
+   The deep passes of the wave with a velocity field are bound by
+   memory (Nsight Compute: 73% of DRAM's peak at 4096^2,
+   h100_ncu_streamed_schemes.txt). */
 #define SST_COLUMNS 64
 #define SST_DRAM (0.9 * SCH_TB_DRAM)
 #define SST_OP_RATE 7.0e12
+#define SST_OP_RATE_COMPILED 10.8e12
 #define SST_OPS_FIELD 4
 #define SST_OPS_PARAM 12
-/* an estimate awaiting measurement: one 16-byte shared load a lane and
+/* an estimate (the velocity wave's passes, the one measured case, are
+   bound by memory at every depth): one 16-byte shared load a lane and
    level (2 points), and the row's two cp.async a lane spread over the
    levels; it was SST_OPS_PARAM, fitted, while every level read the row
    from global memory */
@@ -1062,9 +1088,11 @@ stream_cost(const sch_stream_tables *t, int nparams, int depth)
                    + (t->pw_param[i][m] >= 0 ? SST_OPS_PARAM : 0);
         }
     }
-    const double mem = 8.0 * (t->fields + nparams + updated) * waste
+    const double mem = 8.0 * (t->fields + nparams + updated)
                        / (SST_DRAM * depth);
-    const double work = ops * waste / SST_OP_RATE;
+    const double work = ops * waste
+                        / (sch_stream_compiled(t) ? SST_OP_RATE_COMPILED
+                                                  : SST_OP_RATE);
     return mem > work ? mem : work;
 }
 

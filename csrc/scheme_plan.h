@@ -224,6 +224,12 @@ sch_stream_pw_signature(const sch_stream_tables *t);
 int
 sch_stream_pw_compiled(const sch_stream_tables *t);
 
+/* Whether the kernel instance that runs tables t has their group patterns
+   (and pointwise terms) compiled in: scheme_stream.cu's dispatch, whose
+   list of signatures this mirrors. */
+int
+sch_stream_compiled(const sch_stream_tables *t);
+
 /* The most steps a streamed pass of tables t carries (the registers
    of its kernel instance hold that many levels). */
 int
