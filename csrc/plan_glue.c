@@ -7,6 +7,7 @@
 #include "plan_glue.h"
 
 #include "plan.h"
+#include "cpu/threads.h"
 
 #include <string.h>
 
@@ -195,6 +196,21 @@ cs_py_plan_add_constants(PyObject *module)
                                    CS_TC_MAX_SIDE_1D)
                < 0
         || PyModule_AddIntConstant(module, "TC3D_MAX_KZ", CS_TC3D_MAX_KZ)
+               < 0
+        || PyModule_AddIntConstant(module, "BARRIER_SPIN_NS",
+                                   CS_BARRIER_SPIN_NS)
+               < 0
+        || PyModule_AddObject(module, "THREADS_MIN_WORK",
+                              PyFloat_FromDouble(CS_THREADS_MIN_WORK))
+               < 0
+        || PyModule_AddObject(module, "THREADS_MIN_CALL_WORK",
+                              PyFloat_FromDouble(CS_THREADS_MIN_CALL_WORK))
+               < 0
+        || PyModule_AddObject(module, "THREADS_BUSY_WORK",
+                              PyFloat_FromDouble(CS_THREADS_BUSY_WORK))
+               < 0
+        || PyModule_AddObject(module, "THREADS_POINT_TAPS",
+                              PyFloat_FromDouble(CS_THREADS_POINT_TAPS))
                < 0) {
         return -1;
     }
@@ -260,4 +276,64 @@ cs_py_kernel_taps(PyObject *self, PyObject *weights)
     Py_XDECREF(n2);
     Py_XDECREF(n3);
     return d;
+}
+
+const char cs_py_barrier_spin_doc[] =
+    "barrier_spin(ns=None) -> int\n"
+    "\n"
+    "How long a thread of the CPU engines spins at a step barrier before\n"
+    "it sleeps, in nanoseconds (< 0: until released; 0: sleeps at once);\n"
+    "with `ns`, set it first.  The default follows OMP_WAIT_POLICY as\n"
+    "the process started with it (csrc/cpu/threads.h); convstencil sets\n"
+    "it from the policy the user gave.";
+
+PyObject *
+cs_py_barrier_spin(PyObject *self, PyObject *args)
+{
+    PyObject *ns = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:barrier_spin", &ns)) {
+        return NULL;
+    }
+    if (ns != Py_None) {
+        long v = PyLong_AsLong(ns);
+        if (v == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        cs_barrier_set_spin(v < 0 ? -1 : v);
+    }
+    return PyLong_FromLong(cs_barrier_spin());
+}
+
+const char cs_py_threads_fit_doc[] =
+    "threads_fit(ceiling, idle, work, per_thread, close) -> int\n"
+    "\n"
+    "The CPU engines' rule for a thread count not requested\n"
+    "(csrc/cpu/threads.h, cs_threads_fit): at most `ceiling` threads,\n"
+    "each with `per_thread` of the `work`, and for a `close` region (one\n"
+    "whose barriers are close) no more than `idle` (< 0: not known).";
+
+PyObject *
+cs_py_threads_fit(PyObject *self, PyObject *args)
+{
+    int ceiling, idle, close;
+    double work, per_thread;
+    if (!PyArg_ParseTuple(args, "iiddp:threads_fit", &ceiling, &idle, &work,
+                          &per_thread, &close)) {
+        return NULL;
+    }
+    return PyLong_FromLong(
+        cs_threads_fit(ceiling, idle, work, per_thread, close));
+}
+
+const char cs_py_threads_idle_doc[] =
+    "threads_idle() -> int\n"
+    "\n"
+    "The cores that the machine's other runnable threads leave idle now,\n"
+    "or -1 where the engine does not look (csrc/cpu/threads.h,\n"
+    "cs_threads_idle).";
+
+PyObject *
+cs_py_threads_idle(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromLong(cs_threads_idle());
 }

@@ -468,6 +468,7 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
         first = grid;
     }
     int stop = 0;
+    cs_barrier bar = {0, 0, 0};
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
@@ -486,7 +487,7 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
                 if (thread_id() == 0) {
                     stop = cs_interrupt_requested(intr, p * tl->depth);
                 }
-                team_barrier();
+                team_barrier(&bar);
                 if (stop) {
                     break;
                 }
@@ -495,8 +496,9 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
             double *g_dst = ((passes - 1 - p) % 2 == 0) ? out : grid;
             const double *g_src = (p == 0) ? first
                                   : (g_dst == out ? grid : out);
+            /* no barrier at the end: the next pass starts with one */
 #ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
 #endif
             for (ptrdiff_t i = 0; i < ntiles; i++) {
                 run_tile(e, tl, i, depth, g_src, g_dst, &ws);

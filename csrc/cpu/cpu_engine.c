@@ -18,6 +18,7 @@
  * share is in cpu_private.h.
  */
 #include "cpu_private.h"
+#include "threads.h"
 
 #include <float.h>
 #include <limits.h>
@@ -29,26 +30,6 @@
 #ifndef CS_CPU_DIRECT_BYTES
 #define CS_CPU_DIRECT_BYTES (2 * 1024 * 1024)
 #endif
-
-/* Point-taps per step below which one more thread costs more than it saves. */
-#define MIN_WORK_PER_THREAD (1 << 16)
-
-/* Threads to use: the request (or OpenMP's default), capped by the work. */
-static int
-choose_threads(int requested, double work)
-{
-    int nt = 1;
-#ifdef _OPENMP
-    nt = requested > 0 ? requested : omp_get_max_threads();
-#else
-    (void)requested;
-#endif
-    double useful = work / MIN_WORK_PER_THREAD;
-    if (useful < nt) {
-        nt = useful < 1.0 ? 1 : (int)useful;
-    }
-    return nt;
-}
 
 /* ------------------------------------------------------------------ */
 /* Setup                                                                */
@@ -215,6 +196,39 @@ cs_cpu_check_args(const double *in, const double *out,
 }
 
 /* ------------------------------------------------------------------ */
+/* The choice of path and threads                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The path, its tiling and the team for `steps` steps (steps > 0).  The
+ * team is first cut to the work (threads.h); a grid beyond
+ * CS_CPU_DIRECT_BYTES is then tiled for it where a tiling fits.  Where
+ * the team would meet often (the direct path meets every step, the
+ * blocked path every pass) and other processes hold cores, the team is
+ * cut to the idle ones, and the tiling made again for it.  Returns
+ * whether the run is blocked.
+ */
+static int
+plan_run(const engine *e, long steps, int num_threads, int *nt, tiling *tl)
+{
+    const double npoints = (double)e->n[0] * (double)e->n[1]
+                           * (double)e->n[2];
+    const double step_work = npoints * (taps_per_point(e)
+                                        + CS_THREADS_POINT_TAPS);
+    *nt = cs_threads_for_steps(num_threads, step_work, steps, HUGE_VAL);
+    int blocked = npoints * sizeof(double) > CS_CPU_DIRECT_BYTES
+                  && cs_cpu_plan_tiling(e, steps, *nt, tl);
+    int team = cs_threads_for_steps(num_threads, step_work, steps,
+                                    blocked ? step_work * tl->depth
+                                            : step_work);
+    if (team != *nt) {
+        *nt = team;
+        blocked = blocked && cs_cpu_plan_tiling(e, steps, *nt, tl);
+    }
+    return blocked;
+}
+
+/* ------------------------------------------------------------------ */
 /* Public API                                                           */
 /* ------------------------------------------------------------------ */
 
@@ -241,11 +255,8 @@ cs_cpu_apply(const double *in, double *out, const ptrdiff_t shape[3],
         if (st != CS_OK) {
             return st;
         }
-        nt = choose_threads(num_threads,
-                            (double)npoints * taps_per_point(&e));
         tiling tl;
-        if (npoints * sizeof(double) > CS_CPU_DIRECT_BYTES
-            && cs_cpu_plan_tiling(&e, steps, nt, &tl)) {
+        if (plan_run(&e, steps, num_threads, &nt, &tl)) {
             engine_layout(&e, cs_cpu_tile_held(&e, &tl, 1),
                           cs_cpu_tile_held(&e, &tl, 2));
             st = cs_cpu_run_blocked(&e, &tl, in, out, steps, nt, intr);

@@ -17,6 +17,7 @@
 #define CS_CPU_PRIVATE_H
 
 #include "cpu_engine.h"
+#include "threads.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -137,12 +138,11 @@ thread_count(void)
 #endif
 }
 
+/* Every thread of the team at `b` (threads.h: a short spin, then sleep). */
 static inline void
-team_barrier(void)
+team_barrier(cs_barrier *b)
 {
-#ifdef _OPENMP
-#pragma omp barrier
-#endif
+    cs_barrier_wait(b, thread_count());
 }
 
 /* This thread's share [*begin, *end) of n items, in contiguous blocks. */

@@ -26,7 +26,7 @@ direct_plane(const engine *e, const box *b, double *buf, ptrdiff_t z)
  */
 static void
 direct_fill_halo(const engine *e, const box *b, const row_halo *h,
-                 double *buf, int x_only)
+                 double *buf, int x_only, cs_barrier *bar)
 {
     ptrdiff_t z0, z1;
     thread_share(b->hi[0] - b->lo[0], &z0, &z1);
@@ -34,12 +34,12 @@ direct_fill_halo(const engine *e, const box *b, const row_halo *h,
         cs_cpu_fill_plane_halo(e, b, h, direct_plane(e, b, buf, z),
                                b->lo[1], b->hi[1], x_only);
     }
-    team_barrier();
+    team_barrier(bar);
     if (!x_only && e->r[0] > 0) {
         if (thread_id() == 0) {
             cs_cpu_fill_line(e, b, buf, 0);
         }
-        team_barrier();
+        team_barrier(bar);
     }
 }
 
@@ -127,6 +127,7 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
     /* a constant halo beyond y and z is never overwritten: fill it once */
     const int constant = (e->mode == CS_MODE_CONSTANT);
     long stop_after = -1; /* the step after which every thread stops */
+    cs_barrier bar = {0, 0, 0};
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
@@ -141,15 +142,15 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
             cs_cpu_load_plane(e, &whole, in, z,
                               direct_plane(e, &whole, src, z), NULL);
         }
-        team_barrier();
+        team_barrier(&bar);
         if (constant) {
-            direct_fill_halo(e, &whole, &h, dst, 0);
+            direct_fill_halo(e, &whole, &h, dst, 0, &bar);
         }
         ptrdiff_t nseg = segments_per_row(e, &whole, thread_count());
         ptrdiff_t u0, u1;
         thread_share(e->n[0] * e->n[1] * nseg, &u0, &u1);
         for (long s = 0; s < steps; s++) {
-            direct_fill_halo(e, &whole, &h, src, constant && s > 0);
+            direct_fill_halo(e, &whole, &h, src, constant && s > 0, &bar);
             direct_units(e, &whole, src, dst, tap, nseg, u0, u1);
             if (thread_id() == 0 && s + 1 < steps
                 && cs_interrupt_requested(intr, s + 1)) {
@@ -158,7 +159,7 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
 #endif
                 stop_after = s;
             }
-            team_barrier();
+            team_barrier(&bar);
             double *t = src;
             src = dst;
             dst = t;

@@ -118,6 +118,22 @@ def in_main_thread():
 
 
 # ---------------------------------------------------------------------------
+# threads
+
+def set_wait_policy(policy):
+    """The CPU engines' step barriers follow `policy`, the OMP_WAIT_POLICY
+    the user gave (None: none): "active" spins until released, "passive"
+    sleeps at once, none spins a short while and then sleeps
+    (csrc/cpu/threads.h).  Returns the spin in nanoseconds."""
+    key = (policy or "").strip().lower()
+    if key == "active":
+        return _core.barrier_spin(-1)
+    if key == "passive":
+        return _core.barrier_spin(0)
+    return _core.barrier_spin(_core.BARRIER_SPIN_NS)
+
+
+# ---------------------------------------------------------------------------
 # the record of the last engine run
 
 # Rebound (never mutated) by each call, so a reader in another thread
