@@ -134,6 +134,15 @@ cs_threads_idle(void)
     if (running < 0) {
         return -1;
     }
+    if (running > 1) {
+        /* a kernel thread woken for a moment (by this very read, often)
+           counts as running: a second look, the smaller count */
+        sched_yield();
+        int again = running_now();
+        if (again >= 0 && again < running) {
+            running = again;
+        }
+    }
     /* the caller's thread is one of the running */
     int others = running > 0 ? running - 1 : 0;
     int idle = __atomic_load_n(&load_cores, __ATOMIC_RELAXED) - others;
