@@ -20,6 +20,7 @@
  * a cost model; the caller runs direct where no tiling fits.
  */
 #include "cpu_private.h"
+#include "workspace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -440,17 +441,22 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
     size_t moves = (size_t)MAX(ROW_HALO_MOVES(e->r[2]), 1);
     size_t row = (size_t)cs_cpu_tile_held(e, tl, 2);
     int need_grid = (passes > 1 || in == out);
-    double *grid = need_grid ? malloc(npoints * sizeof(double)) : NULL;
-    /* zeroed: cells no step writes (lane padding) stay finite */
-    double *local = calloc((size_t)nt * per_thread, sizeof(double));
+    /* the temporary grid and the rings: kept blocks (workspace.h) */
+    size_t grid_size = 0, local_size = 0;
+    double *grid = need_grid
+                   ? cs_cpu_workspace_take(npoints * sizeof(double),
+                                           &grid_size)
+                   : NULL;
+    double *local = cs_cpu_workspace_take((size_t)nt * per_thread
+                                          * sizeof(double), &local_size);
     double *scratch = malloc((size_t)nt * row * sizeof(double));
     const double **taps = malloc((size_t)nt * ntaps * sizeof(*taps));
     ptrdiff_t *halo_moves = malloc((size_t)nt * 2 * moves
                                    * sizeof(ptrdiff_t));
     if ((need_grid && grid == NULL) || local == NULL || scratch == NULL
         || taps == NULL || halo_moves == NULL) {
-        free(grid);
-        free(local);
+        cs_cpu_workspace_give(grid, grid_size);
+        cs_cpu_workspace_give(local, local_size);
         free(scratch);
         free(taps);
         free(halo_moves);
@@ -475,6 +481,8 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
 #endif
     {
         size_t id = (size_t)thread_id();
+        /* zeroed: cells no step writes (lane padding) stay finite */
+        memset(local + id * per_thread, 0, per_thread * sizeof(double));
         workspace ws;
         ws.planes = align_up(local + id * per_thread);
         ws.tap = taps + id * ntaps;
@@ -505,8 +513,8 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
             }
         }
     }
-    free(grid);
-    free(local);
+    cs_cpu_workspace_give(grid, grid_size);
+    cs_cpu_workspace_give(local, local_size);
     free(scratch);
     free(taps);
     free(halo_moves);

@@ -6,8 +6,11 @@
  * thin grids still split).
  */
 #include "cpu_private.h"
+#include "workspace.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Fewest points per x segment when the direct path splits short grids. */
 #define MIN_SEGMENT 512
@@ -101,16 +104,18 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
 {
     size_t size = (size_t)((e->n[0] + 2 * e->r[0]) * e->stride[0] + LANES);
     size_t moves = (size_t)MAX(ROW_HALO_MOVES(e->r[2]), 1);
-    /* zeroed: cells no step writes (lane padding) stay finite */
-    double *raw_a = calloc(size, sizeof(double));
-    double *raw_b = calloc(size, sizeof(double));
+    /* both buffers in one kept block (workspace.h) */
+    size_t block_size = 0;
+    double *raw_a = size <= SIZE_MAX / (2 * sizeof(double))
+                    ? cs_cpu_workspace_take(2 * size * sizeof(double),
+                                            &block_size)
+                    : NULL;
+    double *raw_b = raw_a + size;
     const double **taps = malloc((size_t)nt * (size_t)MAX(e->ntaps, 1)
                                  * sizeof(*taps));
     ptrdiff_t *halo_moves = malloc(2 * moves * sizeof(ptrdiff_t));
-    if (raw_a == NULL || raw_b == NULL || taps == NULL
-        || halo_moves == NULL) {
-        free(raw_a);
-        free(raw_b);
+    if (raw_a == NULL || taps == NULL || halo_moves == NULL) {
+        cs_cpu_workspace_give(raw_a, block_size);
         free(taps);
         free(halo_moves);
         return CS_ERR_NOMEM;
@@ -137,6 +142,10 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
         double *dst = align_up(raw_b);
         const double **tap = taps + (size_t)thread_id() * MAX(e->ntaps, 1);
         ptrdiff_t z0, z1;
+        /* zeroed: cells no step writes (lane padding) stay finite */
+        thread_share((ptrdiff_t)(2 * size), &z0, &z1);
+        memset(raw_a + z0, 0, (size_t)(z1 - z0) * sizeof(double));
+        team_barrier(&bar);
         thread_share(e->n[0], &z0, &z1);
         for (ptrdiff_t z = z0; z < z1; z++) {
             cs_cpu_load_plane(e, &whole, in, z,
@@ -179,8 +188,7 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
             }
         }
     }
-    free(raw_a);
-    free(raw_b);
+    cs_cpu_workspace_give(raw_a, block_size);
     free(taps);
     free(halo_moves);
     return stop_after < 0 ? CS_OK : CS_ERR_INTERRUPTED;
