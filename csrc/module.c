@@ -1077,6 +1077,8 @@ static PyMethodDef core_methods[] = {
     {"plan", (PyCFunction)(void (*)(void))cs_py_plan,
      METH_VARARGS | METH_KEYWORDS, cs_py_plan_doc},
     {"kernel_taps", cs_py_kernel_taps, METH_O, cs_py_kernel_taps_doc},
+    {"plan_cpu", (PyCFunction)(void (*)(void))cs_py_plan_cpu,
+     METH_VARARGS | METH_KEYWORDS, cs_py_plan_cpu_doc},
     {"barrier_spin", cs_py_barrier_spin, METH_VARARGS,
      cs_py_barrier_spin_doc},
     {"threads_fit", cs_py_threads_fit, METH_VARARGS, cs_py_threads_fit_doc},

@@ -7,6 +7,7 @@
 #include "plan_glue.h"
 
 #include "plan.h"
+#include "cpu/cpu_engine.h"
 #include "cpu/threads.h"
 
 #include <string.h>
@@ -186,6 +187,87 @@ cs_py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     return plan_to_dict(&p);
+}
+
+const char cs_py_plan_cpu_doc[] =
+    "plan_cpu(shape, weights, mode, steps, threads=0, in_place=False)\n"
+    "    -> dict\n"
+    "\n"
+    "What the CPU engine runs for `steps` steps of `weights` (a float64\n"
+    "C-contiguous array, ndim = len(shape)) on a grid of `shape` under\n"
+    "boundary mode code `mode` (csrc/cpu/cpu_engine.h, cs_cpu_plan_make:\n"
+    "the function the engine's run calls): path, threads (threads > 0:\n"
+    "that many; 0: the engine's own choice, which reads the machine's\n"
+    "load now), fused_depth and passes (the blocked path's steps per\n"
+    "pass and its passes; the direct path: 1 and steps), run_shape and\n"
+    "radius (the engine's 3D view: a 2D grid runs as (ny, 1, nx)), tile\n"
+    "and tiles (blocked), ntaps, separable, row_taps (multiply-adds a\n"
+    "point and step), computed and loaded (blocked: points computed a\n"
+    "step and loaded a pass per output point), ring_bytes, ring_spills,\n"
+    "buffer_bytes (direct: each padded buffer), temp_grid.";
+
+PyObject *
+cs_py_plan_cpu(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"shape", "weights", "mode", "steps",
+                               "threads", "in_place", NULL};
+    PyObject *shape_obj, *weights_obj;
+    int mode, threads = 0, in_place = 0;
+    long steps;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOil|ip", keywords,
+                                     &shape_obj, &weights_obj, &mode, &steps,
+                                     &threads, &in_place)) {
+        return NULL;
+    }
+    ptrdiff_t shape[3];
+    int ndim = 0;
+    cs_kernel k = {0};
+    if (parse_shape(shape_obj, shape, &ndim) < 0
+        || parse_weights(weights_obj, ndim, &k) < 0) {
+        return NULL;
+    }
+    if (steps < 0 || mode < 0 || mode >= CS_MODE_COUNT || threads < 0) {
+        cs_kernel_free(&k);
+        PyErr_SetString(PyExc_ValueError,
+                        "plan_cpu: steps and threads must be >= 0, mode a "
+                        "known code");
+        return NULL;
+    }
+    cs_cpu_plan p;
+    cs_status st = cs_cpu_plan_make(shape, &k, (cs_mode)mode, steps, threads,
+                                    in_place, &p);
+    cs_kernel_free(&k);
+    if (st != CS_OK) {
+        if (st == CS_ERR_NOMEM) {
+            return PyErr_NoMemory();
+        }
+        PyErr_Format(PyExc_ValueError, "plan_cpu: %s", cs_status_string(st));
+        return NULL;
+    }
+    PyObject *run = triple(p.run_shape);
+    PyObject *radius = triple(p.radius);
+    PyObject *tile = triple(p.tile);
+    PyObject *tiles = triple(p.tiles);
+    PyObject *d = NULL;
+    if (run != NULL && radius != NULL && tile != NULL && tiles != NULL) {
+        d = Py_BuildValue(
+            "{s:s,s:i,s:i,s:l,s:O,s:O,s:O,s:O,s:i,s:i,s:d,s:d,s:d,s:d,s:O,"
+            "s:d,s:O}",
+            "path", p.blocked ? "direct-temporal-blocked" : "direct",
+            "threads", p.threads, "fused_depth", p.depth, "passes",
+            p.passes, "run_shape", run, "radius", radius, "tile", tile,
+            "tiles", tiles, "ntaps", p.ntaps, "separable", p.separable,
+            "row_taps", p.row_taps, "computed", p.computed, "loaded",
+            p.loaded, "ring_bytes", p.ring_bytes, "ring_spills",
+            p.ring_spills ? Py_True : Py_False, "buffer_bytes",
+            p.buffer_bytes, "temp_grid", p.temp_grid ? Py_True : Py_False);
+    }
+    Py_XDECREF(run);
+    Py_XDECREF(radius);
+    Py_XDECREF(tile);
+    Py_XDECREF(tiles);
+    return d;
 }
 
 int

@@ -18,6 +18,11 @@ extern const char cs_py_kernel_taps_doc[];
 PyObject *
 cs_py_kernel_taps(PyObject *self, PyObject *weights);
 
+extern const char cs_py_plan_cpu_doc[];
+
+PyObject *
+cs_py_plan_cpu(PyObject *self, PyObject *args, PyObject *kwargs);
+
 extern const char cs_py_barrier_spin_doc[];
 
 PyObject *

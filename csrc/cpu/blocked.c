@@ -189,6 +189,36 @@ fit_tiles(const engine *e, int nt, double budget, tiling *tl)
 }
 
 /*
+ * Per output point of a pass: the points a step computes (rows are
+ * computed whole, so x margins cost every step; y and z margins shrink
+ * by r a step) and the points the pass loads (with every margin); and
+ * whether one thread's rings spill from L2 (CS_CPU_L2_BYTES).
+ */
+void
+cs_cpu_tiling_factors(const engine *e, const tiling *tl, double *computed,
+                      double *loaded, int *spills)
+{
+    *computed = 1.0;
+    *loaded = 1.0;
+    for (int a = 0; a < 3; a++) {
+        double held = (double)cs_cpu_tile_held(e, tl, a);
+        double out = (double)tl->tile[a];
+        double shrink = (held - out) / 2.0 / tl->depth;   /* r or 0 */
+        *computed *= a == 2 ? held / out
+                            : (out + (tl->depth - 1) * shrink) / out;
+        *loaded *= held / out;
+    }
+    *spills = ring_bytes(e, tl) > CS_CPU_L2_BYTES;
+}
+
+/* The bytes of all levels' rings of one thread. */
+double
+cs_cpu_ring_bytes(const engine *e, const tiling *tl)
+{
+    return ring_bytes(e, tl);
+}
+
+/*
  * Estimated cost of `steps` steps with this tiling, per grid point, in
  * taps: the work including the redundant margins, the memory traffic of
  * the passes (load with margins, store, write-allocate), and the fresh
@@ -197,20 +227,12 @@ fit_tiles(const engine *e, int nt, double budget, tiling *tl)
 static double
 tiling_cost(const engine *e, const tiling *tl, long steps)
 {
-    double redundant = 1.0;
-    double loaded = 1.0;
-    for (int a = 0; a < 3; a++) {
-        double held = (double)cs_cpu_tile_held(e, tl, a);
-        double out = (double)tl->tile[a];
-        double shrink = (held - out) / 2.0 / tl->depth;   /* r or 0 */
-        /* rows are computed whole: x margins cost every step */
-        redundant *= a == 2 ? held / out
-                            : (out + (tl->depth - 1) * shrink) / out;
-        loaded *= held / out;
-    }
+    double redundant, loaded;
+    int spills;
+    cs_cpu_tiling_factors(e, tl, &redundant, &loaded, &spills);
     long passes = CEIL_DIV(steps, (long)tl->depth);
     double cost = (double)steps * taps_per_point(e) * redundant;
-    if (ring_bytes(e, tl) > CS_CPU_L2_BYTES) {
+    if (spills) {
         cost *= COST_OUTER_CACHE;
     }
     cost += (double)passes * (8.0 * loaded + 16.0) * COST_BYTE;

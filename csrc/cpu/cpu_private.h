@@ -272,6 +272,16 @@ cs_cpu_plan_tiling(const engine *e, long steps, int nt, tiling *best);
 CS_CPU_PRIVATE ptrdiff_t
 cs_cpu_tile_held(const engine *e, const tiling *tl, int a);
 
+/* Per output point of a pass: points computed a step, points loaded;
+   whether the rings spill from L2. */
+CS_CPU_PRIVATE void
+cs_cpu_tiling_factors(const engine *e, const tiling *tl, double *computed,
+                      double *loaded, int *spills);
+
+/* The bytes of one thread's ring planes, every level. */
+CS_CPU_PRIVATE double
+cs_cpu_ring_bytes(const engine *e, const tiling *tl);
+
 CS_CPU_PRIVATE cs_status
 cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
                    double *out, long steps, int nt, const cs_interrupt *intr);

@@ -225,6 +225,16 @@ def plan_scheme_device(shape, tables, *, fields, params, mode, steps,
         MODE_CODES[mode], steps, smem_optin)
 
 
+def plan_cpu(shape, weights, *, mode, steps, threads=0, in_place=False):
+    """What the CPU engine runs for `steps` steps of `weights` on `shape`
+    (a dict; csrc/cpu/cpu_engine.h, cs_cpu_plan_make, the function its
+    run calls): path, threads (`threads` > 0: that many; 0: the engine's
+    own choice, which reads the machine's load now), fused_depth and
+    passes, the tiling and what a model prices."""
+    return _core.plan_cpu(tuple(shape), weights, MODE_CODES[mode], steps,
+                          threads=threads, in_place=in_place)
+
+
 def synchronize(stream):
     """Wait for the work queued on `stream` (a cudaStream_t as an int)."""
     _core.cuda_stream_synchronize(stream)
