@@ -12,12 +12,16 @@ is printed beside it.
 
     python benchmarks/bench_explain_cpu.py [--repeat 5] [--fresh]
         [--steps 1,3,10,30,100,300,1000] [--save NAME] [--fit]
+        [--load A.json,B.json]
 
 By default each call writes into one result array (out=), so that the
 figures do not depend on the page faults of a fresh result; --fresh lets
 apply() allocate one every call (the model adds their first touch).
 --fit fits the model's stored rates (_model.CPU_STORED) to the cases
-measured, in the units of this process's scales, and prints them.
+measured (or to the rows of the saved runs --load names), in the units
+of this process's scales, and prints them.  The engine chooses its team;
+OMP_NUM_THREADS=1 in the environment measures one thread (the fit wants
+both).
 """
 import argparse
 import json
@@ -101,13 +105,17 @@ def run_cases(args):
 def fit(rows):
     """The stored rates that fit `rows` best (least squares on the log of
     the fraction, soft outliers), on this machine (its compute scale
-    taken as 1); call_seconds and thread_gain are kept."""
+    taken as 1); fresh_seconds_per_byte is kept unless a row allocated
+    a fresh result.  Rows of one thread and of a team both belong in the
+    fit (--threads 1 measures the first)."""
     from scipy.optimize import least_squares
     rates = _model.cpu_rates({"compute_scale": 1.0})
     keys = [(k, d) for k in ("setup_seconds", "point_seconds",
                              "ring_point_seconds", "spill_factor")
             for d in (1, 2, 3)]
-    keys += [(k, None) for k in ("call_seconds", "tap_seconds", "ring_tap_seconds",
+    keys += [(k, None) for k in ("call_seconds", "tap_seconds",
+                                 "ring_tap_seconds", "thread_gain",
+                                 "memory_thread_gain",
                                  "row_radius_seconds", "sync_seconds",
                                  "cache_bandwidth", "bandwidth")]
     if any(r["fresh_out"] for r in rows):
@@ -184,8 +192,10 @@ def main():
     print("this machine's compute scale against the stored one: %.3f"
           % scale)
     if args.load:
-        with open(args.load) as f:
-            rows = json.load(f)["rows"]
+        rows = []
+        for path in args.load.split(","):
+            with open(path) as f:
+                rows += json.load(f)["rows"]
     else:
         rows = run_cases(args)
     if args.fit:

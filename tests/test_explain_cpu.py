@@ -6,9 +6,12 @@ and 1.33 on a quiet machine (issue 38).
 Each case runs once to warm up, then a few times into one result array
 (out=: a fresh result's page faults vary several-fold on a virtual
 machine, and are priced apart); the fraction is the median call's over
-the median prediction.  A case outside the bound while other processes
-used the CPU is measured again (twice at most): the bound is for a quiet
-machine, and the failure says how busy the machine was.  About 25 s on
+the median prediction.  A case above the bound is measured again, up to
+three times over 7 s, and the quietest attempt counts: the bound is for
+a quiet machine, and a virtual machine's host may slow it for a second
+or more without a sign inside (the failure says how much CPU other
+processes used meanwhile).  Noise only slows a call, so a prediction
+too high fails at once.  About 25 s on
 two cores.  benchmarks/bench_explain_cpu.py measures the full table
 (benchmarks/results/cpu2_explain_fractions.md).
 """
@@ -77,11 +80,18 @@ def _measure(u, name, steps, out):
 def test_cpu_prediction_within_bounds(name, shape, steps):
     u = np.random.default_rng(0).random(shape)
     out = np.empty_like(u)
-    for attempt in range(3):
+    # the quietest of up to four attempts (noise only slows a call): a
+    # fraction below the bound fails at once, one above it is measured
+    # again after 1, 2 and 4 s
+    best = None
+    for attempt in range(4):
         fraction, others, info = _measure(u, name, steps, out)
-        if LOW <= fraction <= HIGH or others < 0.05:
+        if best is None or fraction < best[0]:
+            best = (fraction, others, info)
+        if best[0] <= HIGH:
             break
-        time.sleep(1.0)
+        time.sleep(2.0 ** attempt)
+    fraction, others, info = best
     assert LOW <= fraction <= HIGH, (
         "%s on %s, %d steps: measured / predicted %.2f (path %s, depth %d, "
         "%d thread(s)); other processes used %.2f cores meanwhile"

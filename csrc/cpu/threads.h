@@ -21,18 +21,23 @@ extern "C" {
 #define CS_THREADS_POINT_TAPS 16.0
 
 /*
- * A second thread pays for itself when the team's work is at least
- * CS_THREADS_MIN_WORK between two barriers (a step: a barrier costs a few
- * microseconds) and CS_THREADS_MIN_CALL_WORK over the whole call (waking
- * a sleeping team, and the page faults of fresh buffers that the threads
- * then share, cost about 0.1 ms once per call).  Measured on two cores
- * (benchmarks/bench_threads.py, benchmarks/results/
- * cpu2_threads_oversubscribed.md): one thread does a unit in about
- * 0.025 ns in 2D (0.05 in 3D); at a step of 2e6 units two threads start
- * to win on a run of many steps, at a call of 1e7 on a single step.
+ * Each thread of a team gets CS_THREADS_MIN_WORK units of a step (the
+ * work between two barriers) and CS_THREADS_MIN_CALL_WORK of the whole
+ * call (waking a sleeping team costs a few tens of microseconds once per
+ * call) or more: two threads run a step of 2e6 units in a call of 5e6.
+ * Measured on two cores, one thread against two on the same calls
+ * (benchmarks/bench_threads.py crossover, in
+ * benchmarks/results/cpu2_threads_oversubscribed.md): heat2d on 256^2
+ * (1.4e6 units a step) ran 0.96 to 0.99 times as long on two threads
+ * for one to three steps and 0.83 for ten, on 362^2 (2.8e6) 0.75 for one
+ * step and 0.56 for ten; box2d49p on 256^2 (2.3e6) 1.06 times for one
+ * step, 0.87 for three and 0.73 for ten; heat1d on 2^16 points (1.25e6)
+ * 2.24 for one step, on 2^18 (5e6) 1.02.  3D grids gain from two threads
+ * a little earlier (heat3d on 32^3, 7.5e5 units, 0.77 for ten steps):
+ * the rule leaves them on one thread up to 2e6.
  */
-#define CS_THREADS_MIN_WORK 2.0e6
-#define CS_THREADS_MIN_CALL_WORK 1.0e7
+#define CS_THREADS_MIN_WORK 1.0e6
+#define CS_THREADS_MIN_CALL_WORK 2.5e6
 
 /*
  * Barriers closer than CS_THREADS_BUSY_WORK units (about 2.5 ms on one

@@ -538,41 +538,46 @@ def gpu_rates(overrides=None):
 # rates stored from a 2-core Xeon and scaled to this machine by its
 # measured speed of the row kernel (measure_cpu_scale)
 
-# The model's rates, fitted to the calls of every preset on the sizes and
-# step counts of benchmarks/results/cpu2_explain_fractions.md (a 2-core
-# Intel Xeon under KVM: 2 MiB of L2 a core, 260 MiB of L3) by
-# benchmarks/bench_explain_cpu.py --fit.  Seconds, on one thread:
+# The model's rates, fitted by benchmarks/bench_explain_cpu.py --fit to
+# the calls of every preset on the sizes and step counts of
+# benchmarks/results/cpu2_explain_fractions*.md, on a 2-core Intel Xeon
+# under KVM (2 MiB of L2 a core, 260 MiB of L3): two runs with the
+# engine's own team and one on one thread (OMP_NUM_THREADS=1), 324
+# calls, 313 of them within 0.75 to 1.33 of the fitted model (a call
+# measured twice differed by up to 1.6 times on that machine).
+# Seconds, on one thread:
 CPU_STORED = {
-    # a call: parsing, setup, the team's start and end
-    "call_seconds": 4.0e-6,
+    # a call: parsing, setup, the team's start and end (the fit leaves
+    # next to nothing: the setup per point holds it)
+    "call_seconds": 1.0e-9,
     # the direct path's setup per point (its two padded grids zeroed, the
     # grid loaded into lanes and stored back: memory, not shared by
     # threads), by the engine's dimension (1D, 2D run as rows, 3D)
-    "setup_seconds": {1: 1.80e-9, 2: 1.95e-9, 3: 2.22e-9},
+    "setup_seconds": {1: 1.84e-9, 2: 1.95e-9, 3: 2.38e-9},
     # a step of the row kernel per point beyond its taps, on the direct
     # path (the whole grid in two buffers) and in a blocked pass's rings
-    "point_seconds": {1: 2.23e-10, 2: 1.98e-10, 3: 2.09e-10},
-    "ring_point_seconds": {1: 2.29e-10, 2: 3.05e-10, 3: 3.00e-10},
+    "point_seconds": {1: 1.83e-10, 2: 1.79e-10, 3: 3.27e-10},
+    "ring_point_seconds": {1: 2.07e-10, 2: 3.18e-10, 3: 3.97e-10},
     # per multiply-add of the row kernel, on either path
-    "tap_seconds": 1.01e-11,
-    "ring_tap_seconds": 2.25e-11,
+    "tap_seconds": 2.01e-11,
+    "ring_tap_seconds": 2.67e-11,
     # a step per row and radius along x (the x halo's moves)
-    "row_radius_seconds": 3.10e-8,
+    "row_radius_seconds": 2.44e-8,
     # a direct step's barriers with a team of two or more
-    "sync_seconds": 2.41e-5,
+    "sync_seconds": 2.28e-5,
     # a blocked pass's compute grows by spill_factor times the bytes its
     # rings hold beyond L2, over L2 (cs_cpu_plan's ring_bytes), by
     # dimension
-    "spill_factor": {1: 0.108, 2: 2.11, 3: 0.349},
-    # the blocked passes' traffic (bytes read and written, the team):
-    # grids whose arrays fit an eighth of the last-level cache, others
-    "cache_bandwidth": 3.71e10,
-    "bandwidth": 1.84e10,
-    # a second thread's share of a step's compute: n threads do
-    # 1 + (n - 1) * thread_gain as much as one (benchmarks/
-    # bench_threads.py crossover: two threads 0.5 to 0.55 the time of
-    # one on long runs)
-    "thread_gain": 0.8,
+    "spill_factor": {1: 0.156, 2: 2.16, 3: 0.246},
+    # the blocked passes' traffic (bytes read and written) on one thread:
+    # grids whose arrays fit an eighth of the last-level cache, others;
+    # a team of n moves 1 + (n - 1) * memory_thread_gain times as much
+    "cache_bandwidth": 1.54e10,
+    "bandwidth": 8.63e9,
+    "memory_thread_gain": 1.03,
+    # a team of n threads computes 1 + (n - 1) * thread_gain times as
+    # much as one
+    "thread_gain": 0.916,
     # the first touch of a fresh result (apply() allocates one; the C
     # allocator maps one of 32 MiB or more afresh each call), per byte
     "fresh_seconds_per_byte": 1.0e-10,
@@ -768,8 +773,10 @@ def cpu_time(plan, shape, steps, rates, fresh_out=True):
             compute += kc * steps * rates["sync_seconds"]
     else:
         arrays = npts * 8.0 * (3.0 if plan["temp_grid"] else 2.0)
-        rate = (rates["cache_bandwidth"]
-                if arrays <= rates["llc_bytes"] / 8.0 else rates["bandwidth"])
+        # one thread's rate; a team's grows by memory_thread_gain a thread
+        rate = ((rates["cache_bandwidth"] if arrays <= rates["llc_bytes"] / 8.0
+                 else rates["bandwidth"])
+                * (1.0 + (nt - 1) * rates["memory_thread_gain"]))
         memory = (km * plan["passes"] * npts * (8.0 * plan["loaded"] + 16.0)
                   / rate)
     fresh = 0.0
