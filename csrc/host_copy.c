@@ -3,6 +3,7 @@
  * moves split into one contiguous share per OpenMP thread.
  */
 #include "host_copy.h"
+#include "cpu/threads.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -20,17 +21,12 @@
 /* Each thread's share: at least this much, so that shares stay long. */
 #define SHARE_MIN_BYTES ((size_t)256 << 10)
 
+/* The team of a move of `bytes` (cpu/threads.h), SHARE_MIN_BYTES each;
+   no barrier inside but the last, so a busy machine keeps the team. */
 static int
 team_size(size_t bytes)
 {
-#ifdef _OPENMP
-    size_t want = bytes / SHARE_MIN_BYTES;
-    int max = omp_get_max_threads();
-    return want < (size_t)max ? (want < 1 ? 1 : (int)want) : max;
-#else
-    (void)bytes;
-    return 1;
-#endif
+    return cs_threads_choose(0, (double)bytes, (double)SHARE_MIN_BYTES, 0);
 }
 
 /* [begin, end) of share `id` of `count` over `bytes`, cut at 64 bytes. */

@@ -22,6 +22,7 @@
 #include "core_glue.h"
 #include "cpu/cpu_engine.h"
 #include "cpu/tc_emulation.h"
+#include "cpu/workspace.h"
 #ifdef CS_HAVE_CUDA
 #include "cuda/cuda_engine.h"
 #endif
@@ -848,25 +849,29 @@ PyDoc_STRVAR(clear_cache_doc,
 "clear_cache() -> int\n"
 "\n"
 "Free the device memory and pinned staging the GPU engine keeps between\n"
-"calls; returns the device bytes freed (0 without the CUDA engine).");
+"calls, and the host blocks of the CPU engine; returns the device bytes\n"
+"freed (0 without the CUDA engine).");
 
 static PyObject *
 clear_cache(PyObject *self, PyObject *noargs)
 {
     size_t freed = 0;
-#ifdef CS_HAVE_CUDA
     Py_BEGIN_ALLOW_THREADS
+    cs_cpu_workspace_clear();
+#ifdef CS_HAVE_CUDA
     freed = cs_cuda_clear_cache();
-    Py_END_ALLOW_THREADS
 #endif
+    Py_END_ALLOW_THREADS
     return PyLong_FromSize_t(freed);
 }
 
 PyDoc_STRVAR(cache_info_doc,
-"cache_info() -> dict(device_bytes, blocks, pinned_bytes, lanes)\n"
+"cache_info() -> dict(device_bytes, blocks, pinned_bytes, lanes,\n"
+"                     host_bytes)\n"
 "\n"
-"What the GPU engine keeps between calls: idle device memory and\n"
-"blocks, pinned host staging, and its lanes (idle or in use).");
+"What the engines keep between calls: the GPU engine's idle device\n"
+"memory and blocks, pinned host staging and lanes (idle or in use); the\n"
+"CPU engine's host blocks (host_bytes).");
 
 static PyObject *
 cache_info(PyObject *self, PyObject *noargs)
@@ -876,10 +881,11 @@ cache_info(PyObject *self, PyObject *noargs)
 #ifdef CS_HAVE_CUDA
     cs_cuda_cache_info(&device_bytes, &blocks, &pinned_bytes, &lanes);
 #endif
-    return Py_BuildValue("{s:n,s:i,s:n,s:i}", "device_bytes",
+    return Py_BuildValue("{s:n,s:i,s:n,s:i,s:n}", "device_bytes",
                          (Py_ssize_t)device_bytes, "blocks", blocks,
                          "pinned_bytes", (Py_ssize_t)pinned_bytes, "lanes",
-                         lanes);
+                         lanes, "host_bytes",
+                         (Py_ssize_t)cs_cpu_workspace_bytes());
 }
 
 PyDoc_STRVAR(cuda_info_doc,
@@ -1071,6 +1077,13 @@ static PyMethodDef core_methods[] = {
     {"plan", (PyCFunction)(void (*)(void))cs_py_plan,
      METH_VARARGS | METH_KEYWORDS, cs_py_plan_doc},
     {"kernel_taps", cs_py_kernel_taps, METH_O, cs_py_kernel_taps_doc},
+    {"plan_cpu", (PyCFunction)(void (*)(void))cs_py_plan_cpu,
+     METH_VARARGS | METH_KEYWORDS, cs_py_plan_cpu_doc},
+    {"barrier_spin", cs_py_barrier_spin, METH_VARARGS,
+     cs_py_barrier_spin_doc},
+    {"threads_fit", cs_py_threads_fit, METH_VARARGS, cs_py_threads_fit_doc},
+    {"threads_idle", cs_py_threads_idle, METH_NOARGS,
+     cs_py_threads_idle_doc},
     {"cuda_info", cuda_info, METH_NOARGS, cuda_info_doc},
     {"cuda_device_caps", cuda_device_caps, METH_NOARGS,
      cuda_device_caps_doc},

@@ -7,6 +7,8 @@
 #include "plan_glue.h"
 
 #include "plan.h"
+#include "cpu/cpu_engine.h"
+#include "cpu/threads.h"
 
 #include <string.h>
 
@@ -187,6 +189,87 @@ cs_py_plan(PyObject *self, PyObject *args, PyObject *kwargs)
     return plan_to_dict(&p);
 }
 
+const char cs_py_plan_cpu_doc[] =
+    "plan_cpu(shape, weights, mode, steps, threads=0, in_place=False)\n"
+    "    -> dict\n"
+    "\n"
+    "What the CPU engine runs for `steps` steps of `weights` (a float64\n"
+    "C-contiguous array, ndim = len(shape)) on a grid of `shape` under\n"
+    "boundary mode code `mode` (csrc/cpu/cpu_engine.h, cs_cpu_plan_make:\n"
+    "the function the engine's run calls): path, threads (threads > 0:\n"
+    "that many; 0: the engine's own choice, which reads the machine's\n"
+    "load now), fused_depth and passes (the blocked path's steps per\n"
+    "pass and its passes; the direct path: 1 and steps), run_shape and\n"
+    "radius (the engine's 3D view: a 2D grid runs as (ny, 1, nx)), tile\n"
+    "and tiles (blocked), ntaps, separable, row_taps (multiply-adds a\n"
+    "point and step), computed and loaded (blocked: points computed a\n"
+    "step and loaded a pass per output point), ring_bytes, ring_spills,\n"
+    "buffer_bytes (direct: each padded buffer), temp_grid.";
+
+PyObject *
+cs_py_plan_cpu(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"shape", "weights", "mode", "steps",
+                               "threads", "in_place", NULL};
+    PyObject *shape_obj, *weights_obj;
+    int mode, threads = 0, in_place = 0;
+    long steps;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOil|ip", keywords,
+                                     &shape_obj, &weights_obj, &mode, &steps,
+                                     &threads, &in_place)) {
+        return NULL;
+    }
+    ptrdiff_t shape[3];
+    int ndim = 0;
+    cs_kernel k = {0};
+    if (parse_shape(shape_obj, shape, &ndim) < 0
+        || parse_weights(weights_obj, ndim, &k) < 0) {
+        return NULL;
+    }
+    if (steps < 0 || mode < 0 || mode >= CS_MODE_COUNT || threads < 0) {
+        cs_kernel_free(&k);
+        PyErr_SetString(PyExc_ValueError,
+                        "plan_cpu: steps and threads must be >= 0, mode a "
+                        "known code");
+        return NULL;
+    }
+    cs_cpu_plan p;
+    cs_status st = cs_cpu_plan_make(shape, &k, (cs_mode)mode, steps, threads,
+                                    in_place, &p);
+    cs_kernel_free(&k);
+    if (st != CS_OK) {
+        if (st == CS_ERR_NOMEM) {
+            return PyErr_NoMemory();
+        }
+        PyErr_Format(PyExc_ValueError, "plan_cpu: %s", cs_status_string(st));
+        return NULL;
+    }
+    PyObject *run = triple(p.run_shape);
+    PyObject *radius = triple(p.radius);
+    PyObject *tile = triple(p.tile);
+    PyObject *tiles = triple(p.tiles);
+    PyObject *d = NULL;
+    if (run != NULL && radius != NULL && tile != NULL && tiles != NULL) {
+        d = Py_BuildValue(
+            "{s:s,s:i,s:i,s:l,s:O,s:O,s:O,s:O,s:i,s:i,s:d,s:d,s:d,s:d,s:O,"
+            "s:d,s:O}",
+            "path", p.blocked ? "direct-temporal-blocked" : "direct",
+            "threads", p.threads, "fused_depth", p.depth, "passes",
+            p.passes, "run_shape", run, "radius", radius, "tile", tile,
+            "tiles", tiles, "ntaps", p.ntaps, "separable", p.separable,
+            "row_taps", p.row_taps, "computed", p.computed, "loaded",
+            p.loaded, "ring_bytes", p.ring_bytes, "ring_spills",
+            p.ring_spills ? Py_True : Py_False, "buffer_bytes",
+            p.buffer_bytes, "temp_grid", p.temp_grid ? Py_True : Py_False);
+    }
+    Py_XDECREF(run);
+    Py_XDECREF(radius);
+    Py_XDECREF(tile);
+    Py_XDECREF(tiles);
+    return d;
+}
+
 int
 cs_py_plan_add_constants(PyObject *module)
 {
@@ -195,6 +278,21 @@ cs_py_plan_add_constants(PyObject *module)
                                    CS_TC_MAX_SIDE_1D)
                < 0
         || PyModule_AddIntConstant(module, "TC3D_MAX_KZ", CS_TC3D_MAX_KZ)
+               < 0
+        || PyModule_AddIntConstant(module, "BARRIER_SPIN_NS",
+                                   CS_BARRIER_SPIN_NS)
+               < 0
+        || PyModule_AddObject(module, "THREADS_MIN_WORK",
+                              PyFloat_FromDouble(CS_THREADS_MIN_WORK))
+               < 0
+        || PyModule_AddObject(module, "THREADS_MIN_CALL_WORK",
+                              PyFloat_FromDouble(CS_THREADS_MIN_CALL_WORK))
+               < 0
+        || PyModule_AddObject(module, "THREADS_BUSY_WORK",
+                              PyFloat_FromDouble(CS_THREADS_BUSY_WORK))
+               < 0
+        || PyModule_AddObject(module, "THREADS_POINT_TAPS",
+                              PyFloat_FromDouble(CS_THREADS_POINT_TAPS))
                < 0) {
         return -1;
     }
@@ -260,4 +358,64 @@ cs_py_kernel_taps(PyObject *self, PyObject *weights)
     Py_XDECREF(n2);
     Py_XDECREF(n3);
     return d;
+}
+
+const char cs_py_barrier_spin_doc[] =
+    "barrier_spin(ns=None) -> int\n"
+    "\n"
+    "How long a thread of the CPU engines spins at a step barrier before\n"
+    "it sleeps, in nanoseconds (< 0: until released; 0: sleeps at once);\n"
+    "with `ns`, set it first.  The default follows OMP_WAIT_POLICY as\n"
+    "the process started with it (csrc/cpu/threads.h); convstencil sets\n"
+    "it from the policy the user gave.";
+
+PyObject *
+cs_py_barrier_spin(PyObject *self, PyObject *args)
+{
+    PyObject *ns = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:barrier_spin", &ns)) {
+        return NULL;
+    }
+    if (ns != Py_None) {
+        long v = PyLong_AsLong(ns);
+        if (v == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        cs_barrier_set_spin(v < 0 ? -1 : v);
+    }
+    return PyLong_FromLong(cs_barrier_spin());
+}
+
+const char cs_py_threads_fit_doc[] =
+    "threads_fit(ceiling, idle, work, per_thread, close) -> int\n"
+    "\n"
+    "The CPU engines' rule for a thread count not requested\n"
+    "(csrc/cpu/threads.h, cs_threads_fit): at most `ceiling` threads,\n"
+    "each with `per_thread` of the `work`, and for a `close` region (one\n"
+    "whose barriers are close) no more than `idle` (< 0: not known).";
+
+PyObject *
+cs_py_threads_fit(PyObject *self, PyObject *args)
+{
+    int ceiling, idle, close;
+    double work, per_thread;
+    if (!PyArg_ParseTuple(args, "iiddp:threads_fit", &ceiling, &idle, &work,
+                          &per_thread, &close)) {
+        return NULL;
+    }
+    return PyLong_FromLong(
+        cs_threads_fit(ceiling, idle, work, per_thread, close));
+}
+
+const char cs_py_threads_idle_doc[] =
+    "threads_idle() -> int\n"
+    "\n"
+    "The cores that the machine's other runnable threads leave idle now,\n"
+    "or -1 where the engine does not look (csrc/cpu/threads.h,\n"
+    "cs_threads_idle).";
+
+PyObject *
+cs_py_threads_idle(PyObject *self, PyObject *noargs)
+{
+    return PyLong_FromLong(cs_threads_idle());
 }

@@ -18,6 +18,26 @@ extern const char cs_py_kernel_taps_doc[];
 PyObject *
 cs_py_kernel_taps(PyObject *self, PyObject *weights);
 
+extern const char cs_py_plan_cpu_doc[];
+
+PyObject *
+cs_py_plan_cpu(PyObject *self, PyObject *args, PyObject *kwargs);
+
+extern const char cs_py_barrier_spin_doc[];
+
+PyObject *
+cs_py_barrier_spin(PyObject *self, PyObject *args);
+
+extern const char cs_py_threads_fit_doc[];
+
+PyObject *
+cs_py_threads_fit(PyObject *self, PyObject *args);
+
+extern const char cs_py_threads_idle_doc[];
+
+PyObject *
+cs_py_threads_idle(PyObject *self, PyObject *noargs);
+
 /* The planner's limits as module constants (TC_MAX_SIDE, ...); -1 on
    failure with an exception set. */
 int

@@ -228,7 +228,8 @@ def test_dlpack_export_holds_its_owner():
 def test_cache_without_cuda_is_empty():
     assert cs.clear_cache() == 0
     assert cs.cache_info() == {"device_bytes": 0, "blocks": 0,
-                               "pinned_bytes": 0, "lanes": 0}
+                               "pinned_bytes": 0, "lanes": 0,
+                               "host_bytes": 0}
     with pytest.raises(RuntimeError, match="CUDA"):
         cs.DeviceArray((4, 4))
 

@@ -24,8 +24,8 @@ LAYERS = [
 LEVEL = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 # the engine calls that only the seam makes
 ENGINE_CALLS = {"run", "run_device", "run_scheme", "run_scheme_device",
-                "plan", "session_open", "session_run", "session_view",
-                "session_copy", "session_close"}
+                "plan", "plan_cpu", "session_open", "session_run",
+                "session_view", "session_copy", "session_close"}
 # what the distributed layer may take from the package's face: its public
 # API, as a user's script would
 PUBLIC_FACE = {"apply"}

@@ -20,6 +20,7 @@
  * a cost model; the caller runs direct where no tiling fits.
  */
 #include "cpu_private.h"
+#include "workspace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +189,36 @@ fit_tiles(const engine *e, int nt, double budget, tiling *tl)
 }
 
 /*
+ * Per output point of a pass: the points a step computes (rows are
+ * computed whole, so x margins cost every step; y and z margins shrink
+ * by r a step) and the points the pass loads (with every margin); and
+ * whether one thread's rings spill from L2 (CS_CPU_L2_BYTES).
+ */
+void
+cs_cpu_tiling_factors(const engine *e, const tiling *tl, double *computed,
+                      double *loaded, int *spills)
+{
+    *computed = 1.0;
+    *loaded = 1.0;
+    for (int a = 0; a < 3; a++) {
+        double held = (double)cs_cpu_tile_held(e, tl, a);
+        double out = (double)tl->tile[a];
+        double shrink = (held - out) / 2.0 / tl->depth;   /* r or 0 */
+        *computed *= a == 2 ? held / out
+                            : (out + (tl->depth - 1) * shrink) / out;
+        *loaded *= held / out;
+    }
+    *spills = ring_bytes(e, tl) > CS_CPU_L2_BYTES;
+}
+
+/* The bytes of all levels' rings of one thread. */
+double
+cs_cpu_ring_bytes(const engine *e, const tiling *tl)
+{
+    return ring_bytes(e, tl);
+}
+
+/*
  * Estimated cost of `steps` steps with this tiling, per grid point, in
  * taps: the work including the redundant margins, the memory traffic of
  * the passes (load with margins, store, write-allocate), and the fresh
@@ -196,20 +227,12 @@ fit_tiles(const engine *e, int nt, double budget, tiling *tl)
 static double
 tiling_cost(const engine *e, const tiling *tl, long steps)
 {
-    double redundant = 1.0;
-    double loaded = 1.0;
-    for (int a = 0; a < 3; a++) {
-        double held = (double)cs_cpu_tile_held(e, tl, a);
-        double out = (double)tl->tile[a];
-        double shrink = (held - out) / 2.0 / tl->depth;   /* r or 0 */
-        /* rows are computed whole: x margins cost every step */
-        redundant *= a == 2 ? held / out
-                            : (out + (tl->depth - 1) * shrink) / out;
-        loaded *= held / out;
-    }
+    double redundant, loaded;
+    int spills;
+    cs_cpu_tiling_factors(e, tl, &redundant, &loaded, &spills);
     long passes = CEIL_DIV(steps, (long)tl->depth);
     double cost = (double)steps * taps_per_point(e) * redundant;
-    if (ring_bytes(e, tl) > CS_CPU_L2_BYTES) {
+    if (spills) {
         cost *= COST_OUTER_CACHE;
     }
     cost += (double)passes * (8.0 * loaded + 16.0) * COST_BYTE;
@@ -440,17 +463,22 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
     size_t moves = (size_t)MAX(ROW_HALO_MOVES(e->r[2]), 1);
     size_t row = (size_t)cs_cpu_tile_held(e, tl, 2);
     int need_grid = (passes > 1 || in == out);
-    double *grid = need_grid ? malloc(npoints * sizeof(double)) : NULL;
-    /* zeroed: cells no step writes (lane padding) stay finite */
-    double *local = calloc((size_t)nt * per_thread, sizeof(double));
+    /* the temporary grid and the rings: kept blocks (workspace.h) */
+    size_t grid_size = 0, local_size = 0;
+    double *grid = need_grid
+                   ? cs_cpu_workspace_take(npoints * sizeof(double),
+                                           &grid_size)
+                   : NULL;
+    double *local = cs_cpu_workspace_take((size_t)nt * per_thread
+                                          * sizeof(double), &local_size);
     double *scratch = malloc((size_t)nt * row * sizeof(double));
     const double **taps = malloc((size_t)nt * ntaps * sizeof(*taps));
     ptrdiff_t *halo_moves = malloc((size_t)nt * 2 * moves
                                    * sizeof(ptrdiff_t));
     if ((need_grid && grid == NULL) || local == NULL || scratch == NULL
         || taps == NULL || halo_moves == NULL) {
-        free(grid);
-        free(local);
+        cs_cpu_workspace_give(grid, grid_size);
+        cs_cpu_workspace_give(local, local_size);
         free(scratch);
         free(taps);
         free(halo_moves);
@@ -468,12 +496,15 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
         first = grid;
     }
     int stop = 0;
+    cs_barrier bar = {0, 0, 0};
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
     {
         size_t id = (size_t)thread_id();
+        /* zeroed: cells no step writes (lane padding) stay finite */
+        memset(local + id * per_thread, 0, per_thread * sizeof(double));
         workspace ws;
         ws.planes = align_up(local + id * per_thread);
         ws.tap = taps + id * ntaps;
@@ -486,7 +517,7 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
                 if (thread_id() == 0) {
                     stop = cs_interrupt_requested(intr, p * tl->depth);
                 }
-                team_barrier();
+                team_barrier(&bar);
                 if (stop) {
                     break;
                 }
@@ -495,16 +526,17 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
             double *g_dst = ((passes - 1 - p) % 2 == 0) ? out : grid;
             const double *g_src = (p == 0) ? first
                                   : (g_dst == out ? grid : out);
+            /* no barrier at the end: the next pass starts with one */
 #ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
 #endif
             for (ptrdiff_t i = 0; i < ntiles; i++) {
                 run_tile(e, tl, i, depth, g_src, g_dst, &ws);
             }
         }
     }
-    free(grid);
-    free(local);
+    cs_cpu_workspace_give(grid, grid_size);
+    cs_cpu_workspace_give(local, local_size);
     free(scratch);
     free(taps);
     free(halo_moves);

@@ -18,6 +18,7 @@
  * share is in cpu_private.h.
  */
 #include "cpu_private.h"
+#include "threads.h"
 
 #include <float.h>
 #include <limits.h>
@@ -29,26 +30,6 @@
 #ifndef CS_CPU_DIRECT_BYTES
 #define CS_CPU_DIRECT_BYTES (2 * 1024 * 1024)
 #endif
-
-/* Point-taps per step below which one more thread costs more than it saves. */
-#define MIN_WORK_PER_THREAD (1 << 16)
-
-/* Threads to use: the request (or OpenMP's default), capped by the work. */
-static int
-choose_threads(int requested, double work)
-{
-    int nt = 1;
-#ifdef _OPENMP
-    nt = requested > 0 ? requested : omp_get_max_threads();
-#else
-    (void)requested;
-#endif
-    double useful = work / MIN_WORK_PER_THREAD;
-    if (useful < nt) {
-        nt = useful < 1.0 ? 1 : (int)useful;
-    }
-    return nt;
-}
 
 /* ------------------------------------------------------------------ */
 /* Setup                                                                */
@@ -215,8 +196,104 @@ cs_cpu_check_args(const double *in, const double *out,
 }
 
 /* ------------------------------------------------------------------ */
+/* The choice of path and threads                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The path, its tiling and the team for `steps` steps (steps > 0), into
+ * *p and *tl, and the engine's layout for that path.  The team is first
+ * cut to the work (threads.h); a grid beyond CS_CPU_DIRECT_BYTES is then
+ * tiled for it where a tiling fits.  Where the team would meet often
+ * (the direct path meets every step, the blocked path every pass) and
+ * other processes hold cores, the team is cut to the idle ones, and the
+ * tiling made again for it.  cs_cpu_apply runs what this chooses, and
+ * cs_cpu_plan_make reports it.
+ */
+static void
+plan_run(engine *e, long steps, int num_threads, int in_place,
+         cs_cpu_plan *p, tiling *tl)
+{
+    const double npoints = (double)e->n[0] * (double)e->n[1]
+                           * (double)e->n[2];
+    const double step_work = npoints * (taps_per_point(e)
+                                        + CS_THREADS_POINT_TAPS);
+    int nt = cs_threads_for_steps(num_threads, step_work, steps, HUGE_VAL);
+    int blocked = npoints * sizeof(double) > CS_CPU_DIRECT_BYTES
+                  && cs_cpu_plan_tiling(e, steps, nt, tl);
+    int team = cs_threads_for_steps(num_threads, step_work, steps,
+                                    blocked ? step_work * tl->depth
+                                            : step_work);
+    if (team != nt) {
+        nt = team;
+        blocked = blocked && cs_cpu_plan_tiling(e, steps, nt, tl);
+    }
+
+    memset(p, 0, sizeof(*p));
+    p->blocked = blocked;
+    p->threads = nt;
+    for (int a = 0; a < 3; a++) {
+        p->run_shape[a] = e->n[a];
+        p->radius[a] = e->r[a];
+    }
+    p->ntaps = e->ntaps;
+    p->separable = e->sep_width;
+    p->row_taps = taps_per_point(e);
+    p->computed = 1.0;
+    p->loaded = 1.0;
+    if (blocked) {
+        p->depth = tl->depth;
+        p->passes = CEIL_DIV(steps, (long)tl->depth);
+        for (int a = 0; a < 3; a++) {
+            p->tile[a] = tl->tile[a];
+            p->tiles[a] = tl->count[a];
+        }
+        cs_cpu_tiling_factors(e, tl, &p->computed, &p->loaded,
+                              &p->ring_spills);
+        p->ring_bytes = cs_cpu_ring_bytes(e, tl);
+        p->temp_grid = p->passes > 1 || in_place;
+        engine_layout(e, cs_cpu_tile_held(e, tl, 1),
+                      cs_cpu_tile_held(e, tl, 2));
+    }
+    else {
+        p->depth = 1;
+        p->passes = steps;
+        engine_layout(e, e->n[1], e->n[2]);
+        p->buffer_bytes = ((double)(e->n[0] + 2 * e->r[0]) * e->stride[0]
+                           + LANES) * sizeof(double);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* Public API                                                           */
 /* ------------------------------------------------------------------ */
+
+cs_status
+cs_cpu_plan_make(const ptrdiff_t shape[3], const cs_kernel *kernel,
+                 cs_mode mode, long steps, int num_threads, int in_place,
+                 cs_cpu_plan *plan)
+{
+    double dummy = 0.0;
+    cs_status st = cs_cpu_check_args(&dummy, &dummy, shape, kernel, mode,
+                                     steps);
+    if (st != CS_OK || plan == NULL) {
+        return st != CS_OK ? st : CS_ERR_INVALID;
+    }
+    engine e;
+    st = engine_init(&e, shape, kernel, mode, 0.0);
+    if (st != CS_OK) {
+        return st;
+    }
+    tiling tl;
+    plan_run(&e, steps > 0 ? steps : 1, num_threads, in_place, plan, &tl);
+    if (steps == 0) {
+        plan->blocked = 0;
+        plan->threads = 1;
+        plan->passes = 0;
+        plan->temp_grid = 0;
+    }
+    engine_free(&e);
+    return CS_OK;
+}
 
 cs_status
 cs_cpu_apply(const double *in, double *out, const ptrdiff_t shape[3],
@@ -228,8 +305,10 @@ cs_cpu_apply(const double *in, double *out, const ptrdiff_t shape[3],
         return st;
     }
     size_t npoints = (size_t)(shape[0] * shape[1] * shape[2]);
-    const char *path = "direct";
-    int nt = 1;
+    cs_cpu_plan plan;
+    memset(&plan, 0, sizeof(plan));
+    plan.threads = 1;
+    plan.depth = 1;
     if (steps == 0) {
         if (in != out) {
             memcpy(out, in, npoints * sizeof(double));
@@ -241,27 +320,33 @@ cs_cpu_apply(const double *in, double *out, const ptrdiff_t shape[3],
         if (st != CS_OK) {
             return st;
         }
-        nt = choose_threads(num_threads,
-                            (double)npoints * taps_per_point(&e));
         tiling tl;
-        if (npoints * sizeof(double) > CS_CPU_DIRECT_BYTES
-            && cs_cpu_plan_tiling(&e, steps, nt, &tl)) {
-            engine_layout(&e, cs_cpu_tile_held(&e, &tl, 1),
-                          cs_cpu_tile_held(&e, &tl, 2));
-            st = cs_cpu_run_blocked(&e, &tl, in, out, steps, nt, intr);
-            path = "direct-temporal-blocked";
+        plan_run(&e, steps, num_threads, in == out, &plan, &tl);
+        if (plan.blocked) {
+            st = cs_cpu_run_blocked(&e, &tl, in, out, steps, plan.threads,
+                                    intr);
         }
         else {
-            engine_layout(&e, e.n[1], e.n[2]);
-            st = cs_cpu_run_direct(&e, in, out, steps, nt, intr);
+            st = cs_cpu_run_direct(&e, in, out, steps, plan.threads, intr);
         }
         engine_free(&e);
     }
     if (st == CS_OK && info != NULL) {
-        /* the fusion fields belong to the caller, who planned the passes */
         info->backend = "cpu";
-        info->path = path;
-        info->threads = nt;
+        info->path = plan.blocked ? "direct-temporal-blocked" : "direct";
+        info->threads = plan.threads;
+        /* a blocked pass of several steps counts as a fused pass: each
+           trip through memory advances the grid `depth` steps */
+        if (plan.blocked && plan.depth > 1) {
+            info->fused_depth = plan.depth;
+            info->fused_passes = plan.passes;
+            info->unfused_steps = 0;
+        }
+        else {
+            info->fused_depth = 1;
+            info->fused_passes = 0;
+            info->unfused_steps = steps;
+        }
     }
     return st;
 }

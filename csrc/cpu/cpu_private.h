@@ -17,6 +17,7 @@
 #define CS_CPU_PRIVATE_H
 
 #include "cpu_engine.h"
+#include "threads.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -137,12 +138,11 @@ thread_count(void)
 #endif
 }
 
+/* Every thread of the team at `b` (threads.h: a short spin, then sleep). */
 static inline void
-team_barrier(void)
+team_barrier(cs_barrier *b)
 {
-#ifdef _OPENMP
-#pragma omp barrier
-#endif
+    cs_barrier_wait(b, thread_count());
 }
 
 /* This thread's share [*begin, *end) of n items, in contiguous blocks. */
@@ -271,6 +271,16 @@ cs_cpu_plan_tiling(const engine *e, long steps, int nt, tiling *best);
 /* Grid points a tile holds along axis a. */
 CS_CPU_PRIVATE ptrdiff_t
 cs_cpu_tile_held(const engine *e, const tiling *tl, int a);
+
+/* Per output point of a pass: points computed a step, points loaded;
+   whether the rings spill from L2. */
+CS_CPU_PRIVATE void
+cs_cpu_tiling_factors(const engine *e, const tiling *tl, double *computed,
+                      double *loaded, int *spills);
+
+/* The bytes of one thread's ring planes, every level. */
+CS_CPU_PRIVATE double
+cs_cpu_ring_bytes(const engine *e, const tiling *tl);
 
 CS_CPU_PRIVATE cs_status
 cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,

@@ -6,8 +6,11 @@
  * thin grids still split).
  */
 #include "cpu_private.h"
+#include "workspace.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Fewest points per x segment when the direct path splits short grids. */
 #define MIN_SEGMENT 512
@@ -26,7 +29,7 @@ direct_plane(const engine *e, const box *b, double *buf, ptrdiff_t z)
  */
 static void
 direct_fill_halo(const engine *e, const box *b, const row_halo *h,
-                 double *buf, int x_only)
+                 double *buf, int x_only, cs_barrier *bar)
 {
     ptrdiff_t z0, z1;
     thread_share(b->hi[0] - b->lo[0], &z0, &z1);
@@ -34,12 +37,12 @@ direct_fill_halo(const engine *e, const box *b, const row_halo *h,
         cs_cpu_fill_plane_halo(e, b, h, direct_plane(e, b, buf, z),
                                b->lo[1], b->hi[1], x_only);
     }
-    team_barrier();
+    team_barrier(bar);
     if (!x_only && e->r[0] > 0) {
         if (thread_id() == 0) {
             cs_cpu_fill_line(e, b, buf, 0);
         }
-        team_barrier();
+        team_barrier(bar);
     }
 }
 
@@ -101,16 +104,18 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
 {
     size_t size = (size_t)((e->n[0] + 2 * e->r[0]) * e->stride[0] + LANES);
     size_t moves = (size_t)MAX(ROW_HALO_MOVES(e->r[2]), 1);
-    /* zeroed: cells no step writes (lane padding) stay finite */
-    double *raw_a = calloc(size, sizeof(double));
-    double *raw_b = calloc(size, sizeof(double));
+    /* both buffers in one kept block (workspace.h) */
+    size_t block_size = 0;
+    double *raw_a = size <= SIZE_MAX / (2 * sizeof(double))
+                    ? cs_cpu_workspace_take(2 * size * sizeof(double),
+                                            &block_size)
+                    : NULL;
+    double *raw_b = raw_a + size;
     const double **taps = malloc((size_t)nt * (size_t)MAX(e->ntaps, 1)
                                  * sizeof(*taps));
     ptrdiff_t *halo_moves = malloc(2 * moves * sizeof(ptrdiff_t));
-    if (raw_a == NULL || raw_b == NULL || taps == NULL
-        || halo_moves == NULL) {
-        free(raw_a);
-        free(raw_b);
+    if (raw_a == NULL || taps == NULL || halo_moves == NULL) {
+        cs_cpu_workspace_give(raw_a, block_size);
         free(taps);
         free(halo_moves);
         return CS_ERR_NOMEM;
@@ -127,6 +132,7 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
     /* a constant halo beyond y and z is never overwritten: fill it once */
     const int constant = (e->mode == CS_MODE_CONSTANT);
     long stop_after = -1; /* the step after which every thread stops */
+    cs_barrier bar = {0, 0, 0};
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
@@ -136,20 +142,24 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
         double *dst = align_up(raw_b);
         const double **tap = taps + (size_t)thread_id() * MAX(e->ntaps, 1);
         ptrdiff_t z0, z1;
+        /* zeroed: cells no step writes (lane padding) stay finite */
+        thread_share((ptrdiff_t)(2 * size), &z0, &z1);
+        memset(raw_a + z0, 0, (size_t)(z1 - z0) * sizeof(double));
+        team_barrier(&bar);
         thread_share(e->n[0], &z0, &z1);
         for (ptrdiff_t z = z0; z < z1; z++) {
             cs_cpu_load_plane(e, &whole, in, z,
                               direct_plane(e, &whole, src, z), NULL);
         }
-        team_barrier();
+        team_barrier(&bar);
         if (constant) {
-            direct_fill_halo(e, &whole, &h, dst, 0);
+            direct_fill_halo(e, &whole, &h, dst, 0, &bar);
         }
         ptrdiff_t nseg = segments_per_row(e, &whole, thread_count());
         ptrdiff_t u0, u1;
         thread_share(e->n[0] * e->n[1] * nseg, &u0, &u1);
         for (long s = 0; s < steps; s++) {
-            direct_fill_halo(e, &whole, &h, src, constant && s > 0);
+            direct_fill_halo(e, &whole, &h, src, constant && s > 0, &bar);
             direct_units(e, &whole, src, dst, tap, nseg, u0, u1);
             if (thread_id() == 0 && s + 1 < steps
                 && cs_interrupt_requested(intr, s + 1)) {
@@ -158,7 +168,7 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
 #endif
                 stop_after = s;
             }
-            team_barrier();
+            team_barrier(&bar);
             double *t = src;
             src = dst;
             dst = t;
@@ -178,8 +188,7 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
             }
         }
     }
-    free(raw_a);
-    free(raw_b);
+    cs_cpu_workspace_give(raw_a, block_size);
     free(taps);
     free(halo_moves);
     return stop_after < 0 ? CS_OK : CS_ERR_INTERRUPTED;

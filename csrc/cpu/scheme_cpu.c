@@ -31,6 +31,7 @@
  * updates read stay in cache.
  */
 #include "scheme_private.h"
+#include "threads.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,10 +43,6 @@
 
 /* Fewest points per piece when rows are split among threads. */
 #define MIN_PIECE 512
-
-/* Point-factors per step below which one more thread costs more than
-   it saves. */
-#define MIN_WORK_PER_THREAD (1 << 16)
 
 /* Buffers: one per field, and one more per target of a stage. */
 #define MAX_BUFFERS (2 * CS_SCHEME_MAX_FIELDS)
@@ -118,21 +115,14 @@ thread_id(void)
 #endif
 }
 
-/* Threads to use: the request (or OpenMP's default), capped by the work. */
 static int
-choose_threads(int requested, double work)
+team_size(void)
 {
-    int nt = 1;
 #ifdef _OPENMP
-    nt = requested > 0 ? requested : omp_get_max_threads();
+    return omp_get_num_threads();
 #else
-    (void)requested;
+    return 1;
 #endif
-    const double useful = work / MIN_WORK_PER_THREAD;
-    if (useful < nt) {
-        nt = useful < 1.0 ? 1 : (int)useful;
-    }
-    return nt;
 }
 
 /* a * b into *out unless it overflows ptrdiff_t (a, b >= 0). */
@@ -568,7 +558,7 @@ copy_grids(const scheme_run *run, const double *const *in,
 static void
 run_team(const scheme_run *run, const double *const *in, double *const *out,
          const double *const *params, long steps, const cs_interrupt *intr,
-         long *stop_after)
+         long *stop_after, cs_barrier *bar)
 {
     const cs_scheme *s = run->s;
     int fb[CS_SCHEME_MAX_FIELDS], next[CS_SCHEME_MAX_FIELDS];
@@ -592,9 +582,7 @@ run_team(const scheme_run *run, const double *const *in, double *const *out,
 #endif
                 *stop_after = step;
             }
-#ifdef _OPENMP
-#pragma omp barrier
-#endif
+            cs_barrier_wait(bar, team_size());
             memcpy(fb, next, sizeof(fb));
         }
         long stop;
@@ -656,9 +644,13 @@ pieces_per_row(const geom *g, int nt)
     return MAX(1, MIN(want, g->n[2] / MIN_PIECE));
 }
 
-/* Point-factors of one step: the threads' share of work. */
+/*
+ * The work between two barriers (threads.h): a stage's point-factors
+ * (each term's taps or factors, and one for the term), on average, plus
+ * the per-point cost of a pass over the grid.
+ */
 static double
-step_work(const scheme_run *run)
+stage_work(const scheme_run *run)
 {
     const geom *g = &run->g;
     double per_point = 0.0;
@@ -669,6 +661,8 @@ step_work(const scheme_run *run)
             per_point += 1.0 + t->ntaps + t->nfactors;
         }
     }
+    per_point = per_point / MAX(run->s->stage_count, 1)
+                + CS_THREADS_POINT_TAPS;
     return per_point * (double)g->n[0] * (double)g->n[1] * (double)g->n[2];
 }
 
@@ -693,6 +687,7 @@ cs_cpu_scheme_apply(const cs_scheme *s, const double *const *in,
         r[a] = cs_scheme_radius(s, a);
     }
     long stop_after = -1;
+    cs_barrier bar = {0, 0, 0};
     if (!geom_init(&run.g, shape, r)) {
         st = CS_ERR_NOMEM; /* the padded grid exceeds the address space */
         goto exit;
@@ -707,7 +702,11 @@ cs_cpu_scheme_apply(const cs_scheme *s, const double *const *in,
     if (st != CS_OK) {
         goto exit;
     }
-    run.nt = steps > 0 ? choose_threads(num_threads, step_work(&run)) : 1;
+    const double work = stage_work(&run);
+    run.nt = steps > 0 ? cs_threads_for_steps(num_threads, work,
+                                              steps * run.s->stage_count,
+                                              work)
+                       : 1;
     if (run.nt < 1) {
         run.nt = 1;
     }
@@ -721,7 +720,7 @@ cs_cpu_scheme_apply(const cs_scheme *s, const double *const *in,
 #ifdef _OPENMP
 #pragma omp parallel num_threads(run.nt) if (run.nt > 1)
 #endif
-    run_team(&run, in, out, params, steps, intr, &stop_after);
+    run_team(&run, in, out, params, steps, intr, &stop_after, &bar);
 
     if (stop_after >= 0) {
         st = CS_ERR_INTERRUPTED;

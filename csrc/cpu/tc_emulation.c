@@ -36,6 +36,7 @@
 #include "tc_emulation.h"
 
 #include "cpu_engine.h"
+#include "threads.h"
 #include "../layout.h"
 #include "../plan.h"
 
@@ -118,15 +119,14 @@ tc_plan(const cs_kernel *k, const ptrdiff_t shape[3], cs_mode mode,
     return st;
 }
 
+/* The team for a step over `count` points of `kernel` (threads.h). */
 static int
-resolve_threads(int num_threads)
+resolve_threads(int num_threads, size_t count, const cs_kernel *kernel)
 {
-#ifdef _OPENMP
-    return num_threads > 0 ? num_threads : omp_get_max_threads();
-#else
-    (void)num_threads;
-    return 1;
-#endif
+    double taps = kernel != NULL && kernel->weights != NULL
+                  ? (double)cs_kernel_count(kernel) : 1.0;
+    const double work = (double)count * (taps + CS_THREADS_POINT_TAPS);
+    return cs_threads_for_steps(num_threads, work, 1, work);
 }
 
 /* *out = a * b * c doubles, or 0 when that overflows size_t bytes. */
@@ -595,7 +595,7 @@ cs_tc_emulation_apply(const double *in, double *out, const ptrdiff_t shape[3],
         || !count_doubles(shape[0], shape[1], shape[2], &count)) {
         return CS_ERR_INVALID;
     }
-    const int nthreads = resolve_threads(num_threads);
+    const int nthreads = resolve_threads(num_threads, count, kernel);
     if (steps > 0 && has_nonfinite(in, count, nthreads)) {
         return run_masked(in, out, shape, kernel, mode, cval, steps,
                           num_threads, info, intr);
@@ -640,7 +640,7 @@ tc_emulation_run(const double *in, double *out, const ptrdiff_t shape[3],
     if (!count_doubles(shape[0], shape[1], shape[2], &count)) {
         return CS_ERR_INVALID;
     }
-    int nthreads = resolve_threads(num_threads);
+    int nthreads = resolve_threads(num_threads, count, kernel);
     cs_status st = tc_plan(kernel, shape, mode, steps, &plan);
     if (st != CS_OK) {
         return st;

@@ -18,14 +18,29 @@ PDE schemes of several fields, time levels, sources and reactions:
     ...                mode="wrap")
     >>> u1, v1 = cs.apply((u0, v0), gs, steps=1000)
 """
-from ._apply import apply, last_run_info
-from ._backends import backends, cache_info, clear_cache, devices
-from ._device import DeviceArray
-from ._explain import explain
-from ._expr import Field, Param, fields, param
-from ._presets import PRESETS
-from ._scheme import Scheme
-from ._stencil import Stencil, laplacian
+import os as _os
+
+# OpenMP reads OMP_WAIT_POLICY once, when the engine loads it.  Unless the
+# user chose a policy, its idle threads sleep instead of spinning (they
+# would hold a core for milliseconds after every call, starving other
+# processes); the engine's own step barriers spin a few tens of
+# microseconds first (docs/USER_GUIDE.md, "Threads").
+_WAIT_POLICY = _os.environ.get("OMP_WAIT_POLICY")
+if _WAIT_POLICY is None and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+from . import _engine  # noqa: E402  (after the policy: it loads OpenMP)
+
+_engine.set_wait_policy(_WAIT_POLICY)
+
+from ._apply import apply, last_run_info  # noqa: E402
+from ._backends import backends, cache_info, clear_cache, devices  # noqa: E402
+from ._device import DeviceArray  # noqa: E402
+from ._explain import explain  # noqa: E402
+from ._expr import Field, Param, fields, param  # noqa: E402
+from ._presets import PRESETS  # noqa: E402
+from ._scheme import Scheme  # noqa: E402
+from ._stencil import Stencil, laplacian  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -43,14 +43,18 @@ def last_run_info():
 
 def _record(info, steps, mode, model=None, **extra):
     """Make `info` (a fresh dict, the caller's no longer) the record.
-    `model`: (shape, weights, backend name) for the prediction that
-    last_run_info() adds, computed only when asked for."""
+    `model`: (shape, weights, backend name[, fresh result, steps of each
+    engine call]) for the prediction that last_run_info() adds, computed
+    only when asked for (a fresh result: apply() allocated it; the calls:
+    one per segment of a run with every=)."""
     info["steps"] = steps
     info["mode"] = mode
     info.update(extra)
     if model is not None:
-        shape, w, name = model
-        info["_model"] = (tuple(shape), w, mode, steps, name)
+        shape, w, name = model[:3]
+        fresh = model[3] if len(model) > 3 else True
+        calls = tuple(model[4]) if len(model) > 4 else (steps,)
+        info["_model"] = (tuple(shape), w, mode, steps, name, fresh, calls)
     _engine.set_last_record(info)
 
 
@@ -87,6 +91,7 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
             src.nbytes * (extra + 1 + (out is None) + (src is not grid)),
             "a run of %d-step segments on a grid of shape %s"
             % (every, src.shape))
+    fresh = out is None
     if out is None:
         # a separate result: computing in place would make the CPU engine
         # copy the grid first (its passes must not write what they read)
@@ -110,6 +115,9 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
                                 progress=bar.offset(done))
         info["wall_seconds"] = time.perf_counter() - start
         infos.append(info)
+        calls.append(n)
+
+    calls = []
 
     def show(step, state):
         callback(step, _host.read_only(state))
@@ -133,7 +141,7 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
     if last is not out:
         np.copyto(out, last)
     bar.close(True)
-    _record(_merge(infos), steps, mode, (src.shape, w, name))
+    _record(_merge(infos), steps, mode, (src.shape, w, name, fresh, calls))
     return out
 
 

@@ -204,14 +204,17 @@ def best_backend():
 
 
 def clear_cache():
-    """Free the GPU memory and pinned host staging kept between calls.
+    """Free the memory the engines keep between calls.
 
     The GPU engine keeps the device memory of its last grids (up to a
     quarter of the device's memory, or CONVSTENCIL_CACHE_BYTES bytes) and
     64 MiB of pinned host memory per concurrent call, so that the next
-    call of the same or a smaller size allocates nothing.  Call this to
-    give that memory back (to CuPy or PyTorch, say); it is also freed at
-    exit.  Returns the device bytes freed (0 without the CUDA engine).
+    call of the same or a smaller size allocates nothing; the CPU engine
+    keeps its padded grids, temporary grid and ring planes (up to 256 MiB
+    and a sixteenth of the machine's memory), so that the next call does
+    not pay their page faults.  Call this to give that memory back (to
+    CuPy or PyTorch, say); it is also freed at exit.  Returns the device
+    bytes freed (0 without the CUDA engine).
 
     >>> convstencil.clear_cache()
     0
@@ -220,9 +223,10 @@ def clear_cache():
 
 
 def cache_info():
-    """What the GPU engine keeps between calls: a dict of device_bytes
+    """What the engines keep between calls: a dict of device_bytes
     (idle device memory), blocks (idle grid arenas), pinned_bytes
-    (staging) and lanes (sets of streams, idle or in use).
+    (staging) and lanes (sets of streams, idle or in use) of the GPU
+    engine, and host_bytes (the CPU engine's kept blocks).
 
     >>> v = convstencil.apply(cupy_grid, "heat2d", steps=10)
     >>> convstencil.cache_info()["blocks"]

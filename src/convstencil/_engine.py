@@ -118,6 +118,22 @@ def in_main_thread():
 
 
 # ---------------------------------------------------------------------------
+# threads
+
+def set_wait_policy(policy):
+    """The CPU engines' step barriers follow `policy`, the OMP_WAIT_POLICY
+    the user gave (None: none): "active" spins until released, "passive"
+    sleeps at once, none spins a short while and then sleeps
+    (csrc/cpu/threads.h).  Returns the spin in nanoseconds."""
+    key = (policy or "").strip().lower()
+    if key == "active":
+        return _core.barrier_spin(-1)
+    if key == "passive":
+        return _core.barrier_spin(0)
+    return _core.barrier_spin(_core.BARRIER_SPIN_NS)
+
+
+# ---------------------------------------------------------------------------
 # the record of the last engine run
 
 # Rebound (never mutated) by each call, so a reader in another thread
@@ -209,6 +225,16 @@ def plan_scheme_device(shape, tables, *, fields, params, mode, steps,
         tuple(shape), tables["stencils"], tables["coefs"], tables["terms"],
         tables["updates"], tables["stages"], fields, params,
         MODE_CODES[mode], steps, smem_optin, image_arch)
+
+
+def plan_cpu(shape, weights, *, mode, steps, threads=0, in_place=False):
+    """What the CPU engine runs for `steps` steps of `weights` on `shape`
+    (a dict; csrc/cpu/cpu_engine.h, cs_cpu_plan_make, the function its
+    run calls): path, threads (`threads` > 0: that many; 0: the engine's
+    own choice, which reads the machine's load now), fused_depth and
+    passes, the tiling and what a model prices."""
+    return _core.plan_cpu(tuple(shape), weights, MODE_CODES[mode], steps,
+                          threads=threads, in_place=in_place)
 
 
 def synchronize(stream):

@@ -224,49 +224,64 @@ def _add_candidates(fields, shape, w, mode, steps, max_depth, rates,
                               >= 0.98 * fields["predicted_seconds"])
 
 
-def _explain_cpu(shape, w, mode, steps, rates):
-    rates = _model.cpu_rates(rates)
-    plan = _model.cpu_plan(shape, w, mode, steps, rates["threads"])
-    seconds, bound, compute, memory = _model.cpu_time(plan, shape, rates)
-    npts = float(np.prod(shape))
+def _cpu_passes(plan, shape, steps, w, cost):
+    """The passes of a priced CPU plan: a call's fixed part (its setup,
+    a fresh result's first touch) and the passes (blocked) or steps
+    (direct), each with its share of the compute and memory."""
+    if not steps:
+        return []
     useful = 2.0 * np.count_nonzero(w)
-    row = _model.Pass("blocked pass" if plan["depth"] > 1 or plan["path"]
-                      != "direct" else "step", plan["path"], plan["passes"],
-                      plan["depth"],
-                      plan["moved"] / max(plan["passes"], 1),
-                      useful * plan["depth"],
-                      2.0 * plan["taps"] / max(plan["passes"], 1), "FP64 units",
-                      seconds / max(plan["passes"], 1), bound)
-    passes = [row] if steps else []
-    fields = _common(shape, steps, mode, "cpu", plan["path"], plan["depth"],
-                     plan["passes"] if plan["depth"] > 1 else 0,
-                     0 if plan["depth"] > 1 else steps, passes, seconds,
-                     bound)
-    fields.update(device="this CPU, %d thread(s): %.3g GB/s copy, %.3g "
-                  "GFLOP/s FP64 (measured)" % (
-                      plan["threads"], rates["bandwidth"] / 1e9,
-                      rates["fp64_flops"] / 1e9),
+    blocked = plan["path"] != "direct"
+    count = plan["passes"]
+    depth = plan["fused_depth"]
+    moved = 8.0 * plan["loaded"] + 16.0 if blocked else 0.0
+    executed = 2.0 * plan["row_taps"] * plan["computed"]
+    call = _model.Pass("call", "setup", 1, 0,
+                       (32.0 if not blocked else 0.0)
+                       + (8.0 if cost.fresh else 0.0), 0.0, 0.0,
+                       "FP64 units", cost.call + cost.setup + cost.fresh,
+                       "memory" if cost.setup + cost.fresh > cost.call
+                       else "launches")
+    each = (cost.compute + cost.memory) / count
+    rows = [call, _model.Pass(
+        "blocked pass" if blocked else "step", plan["path"], count,
+        depth, moved, useful * steps / count, executed * steps / count,
+        "FP64 units", each, cost.bound)]
+    return rows
+
+
+def _explain_cpu(shape, w, mode, steps, rates, fresh_out=True):
+    threads = int((rates or {}).get("threads", 0))
+    rates = _model.cpu_rates(rates)
+    plan = _model.cpu_plan(shape, w, mode, steps, threads)
+    cost = _model.cpu_time(plan, shape, steps, rates, fresh_out)
+    fused = plan["path"] != "direct" and plan["fused_depth"] > 1
+    passes = _cpu_passes(plan, shape, steps, w, cost)
+    fields = _common(shape, steps, mode, "cpu", plan["path"],
+                     plan["fused_depth"] if fused else 1,
+                     plan["passes"] if fused else 0,
+                     0 if fused else steps, passes, cost.seconds,
+                     cost.bound)
+    fields.update(device="this CPU, %d of %d thread(s): the rates of a "
+                  "2-core Xeon, compute x %.2f (measured)" % (
+                      plan["threads"], rates["threads"],
+                      rates["compute_scale"]),
                   device_assumed=False, pass_kind=plan["path"],
-                  band="none", transfer_seconds=None)
-    direct = dict(plan, path="direct", depth=1, passes=steps,
-                  taps=steps * plan["row_taps"],
-                  moved=16.0 * steps if npts * 16 > _model.CPU_DIRECT_BYTES
-                  else 0.0, fresh=0.0)
-    t_direct, b_direct, _, _ = _model.cpu_time(direct, shape, rates)
+                  band="none", transfer_seconds=None, threads=plan["threads"])
     fields["alternatives"] = [
-        {"path": plan["path"] + (" (T=%d)" % plan["depth"]
-                                 if plan["depth"] > 1 else ""),
-         "runs": True, "reason": None, "predicted_seconds": seconds,
-         "bound": bound, "chosen": True}]
-    if plan["path"] != "direct":
-        fields["alternatives"].append(
-            {"path": "direct", "runs": True, "reason": None,
-             "predicted_seconds": t_direct, "bound": b_direct,
-             "chosen": False})
-    fields["notes"].append("the CPU engine's choice of T is its own "
-                           "(csrc/cpu/cpu_engine.c); this is the model's "
-                           "mirror of it: last_run_info() after a run says "
-                           "which path ran")
+        {"path": plan["path"] + (" (T=%d)" % plan["fused_depth"]
+                                 if fused else ""),
+         "runs": True, "reason": None, "predicted_seconds": cost.seconds,
+         "bound": cost.bound, "chosen": True}]
+    fields["notes"].append("the plan is the CPU engine's own "
+                           "(csrc/cpu/cpu_engine.c, the function its run "
+                           "calls); its threads follow the machine's load "
+                           "now")
+    if cost.fresh:
+        fields["notes"].append(
+            "includes %s for the first touch of the result apply() "
+            "allocates (pass out= to reuse one; on a virtual machine this "
+            "varies several-fold)" % _seconds(cost.fresh))
     return fields
 
 
@@ -324,7 +339,9 @@ def explain(grid_or_shape, stencil=None, *, weights=None, steps=1,
     fused depth as CONVSTENCIL_CUDA_MAX_DEPTH does (None: that variable);
     `rates` overrides the model's rates (GPU: "bandwidth",
     "tensor_flops", "fp64_flops", "smem_rate", "h2d", "d2h",
-    "launch_seconds"; CPU: "bandwidth", "fp64_flops", "threads").
+    "launch_seconds"; CPU: the keys of _model.CPU_STORED,
+    "compute_scale" (skips its measurement) and "threads", the team the
+    engine's plan is made for).
 
     Returns an Explanation: path, fused_depth, bytes_per_point_per_step,
     flops_per_point_per_step (useful: 2 x the nonzero taps),
@@ -535,23 +552,29 @@ def _explain_scheme_gpu(shape, scheme, mode, steps, rates, transfers,
 
 def _explain_scheme_cpu(shape, steps, rates, nbytes, flops, npts):
     rates = _model.cpu_rates(rates)
-    memory = npts * steps * nbytes / rates["bandwidth"]
-    compute = npts * steps * flops / rates["fp64_flops"]
-    seconds = max(memory, compute)
+    share = 1.0 + (rates["threads"] - 1) * rates["thread_gain"]
+    memory = (npts * steps * nbytes / rates["bandwidth"]
+              * rates["memory_scale"])
+    # a multiply-add of a stencil term at the stencil engine's rate
+    compute = (npts * steps * flops / 2.0 * rates["tap_seconds"]
+               * rates["compute_scale"] / share)
+    seconds = max(memory, compute) + (rates["call_seconds"]
+                                      * rates["compute_scale"])
     bound = "memory" if memory >= compute else "FP64 units"
     row = _model.Pass("step", "scheme", steps, 1, nbytes, flops, flops,
                       "FP64 units", seconds / max(steps, 1), bound)
     fields = _common(shape, steps, None, "cpu", "scheme", 1, 0, steps,
                      [row] if steps else [], seconds, bound)
-    fields.update(device="this CPU, %d thread(s): %.3g GB/s copy, %.3g "
-                  "GFLOP/s FP64 (measured)" % (
-                      rates["threads"], rates["bandwidth"] / 1e9,
-                      rates["fp64_flops"] / 1e9),
+    fields.update(device="this CPU, %d thread(s): the rates of a 2-core "
+                  "Xeon, compute x %.2f (measured)" % (
+                      rates["threads"], rates["compute_scale"]),
                   device_assumed=False, pass_kind="scheme", band=None,
                   transfer_seconds=None)
     fields["notes"].append("the CPU scheme engine's time is modelled as "
-                           "its bytes at the copy rate or its flops, "
-                           "whichever is longer")
+                           "its bytes at the blocked passes' copy rate or "
+                           "its multiply-adds at the stencil engine's "
+                           "rate, whichever is longer, on every core; "
+                           "not checked against runs")
     return fields
 
 
@@ -560,10 +583,10 @@ def _explain_scheme_cpu(shape, steps, rates, nbytes, flops, npts):
 
 @functools.lru_cache(maxsize=128)
 def _predicted_cached(shape, wbytes, wshape, mode, steps, backend, path,
-                      max_depth):
+                      max_depth, threads, fresh, calls, cpu_scale):
     w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
     try:
-        if path == "direct":
+        if backend in _GPU_PATHS and path == "direct":
             # a device array's single step: one direct kernel, read and
             # written once, as the generic CUDA-core kernel
             return (float(np.prod(shape)) * 16.0
@@ -575,9 +598,12 @@ def _predicted_cached(shape, wbytes, wshape, mode, steps, backend, path,
             return _model.predict_gpu(shape, w, mode, steps, ran,
                                       max_depth)[0]
         if backend == "cpu":
-            rates = _model.cpu_rates()
-            plan = _model.cpu_plan(shape, w, mode, steps, rates["threads"])
-            return _model.cpu_time(plan, shape, rates)[0]
+            # each engine call as it ran: its steps, on the threads it
+            # had (the plan for that many is the one it ran)
+            rates = _model.cpu_rates({"compute_scale": cpu_scale})
+            return sum(_model.cpu_time(
+                _model.cpu_plan(shape, w, mode, n, threads), shape, n,
+                rates, fresh).seconds for n in calls)
     except ValueError:
         return None
     return None  # cpu-tc: not modelled
@@ -586,10 +612,15 @@ def _predicted_cached(shape, wbytes, wshape, mode, steps, backend, path,
 def add_prediction(info, model_args):
     """Add predicted_seconds and fraction_of_prediction (measured time /
     predicted) to a copy of a run's record."""
-    shape, w, mode, steps, backend = model_args
+    shape, w, mode, steps, backend, fresh, calls = model_args
+    # the CPU's compute scale is part of the key: it may still settle
+    # (_model.measure_cpu_scale)
+    cpu_scale = _model.measure_cpu_scale() if backend == "cpu" else None
     predicted = _predicted_cached(shape, w.tobytes(), w.shape, mode, steps,
                                   backend, info.get("path"),
-                                  _max_depth(None))
+                                  _max_depth(None),
+                                  int(info.get("threads") or 0), fresh,
+                                  tuple(calls), cpu_scale)
     measured = info.get("device_seconds")
     if backend not in _GPU_PATHS:
         measured = info.get("wall_seconds")

@@ -9,10 +9,12 @@ for the tensor-core kernels, shared memory (the stencil2row operands are
 staged there).  A pass takes the longest of these, plus its launches; the
 resource that won is the pass's bound, and a run's bound is the one that
 costs it the most time.  The GPU plan is the engine's own
-(``_core.plan``, csrc/plan.c); the CPU model mirrors the blocked path's
-cost model in csrc/cpu/cpu_engine.c.  Every constant names its source;
-the GPU ones are checked against the committed H100 figures by
-tests/test_explain.py.
+(``_core.plan``, csrc/plan.c); so is the CPU plan (``_core.plan_cpu``,
+csrc/cpu/cpu_engine.c), priced with rates stored from a 2-core Xeon and
+scaled by its measured speed of the engine's row kernel.  Every constant names
+its source; the GPU ones are checked against the committed H100 figures
+by tests/test_explain.py, the CPU ones against runs on the machine that
+runs the tests.
 """
 import collections
 import functools
@@ -531,41 +533,87 @@ def gpu_rates(overrides=None):
 
 
 # ---------------------------------------------------------------------------
-# CPU: csrc/cpu/cpu_engine.c's blocked path and its cost model, mirrored
+# CPU: the engine's own plan (csrc/cpu/cpu_engine.c plan_run, through
+# _engine.plan_cpu: the function the engine's run calls), priced with
+# rates stored from a 2-core Xeon and scaled to this machine by its
+# measured speed of the row kernel (measure_cpu_scale)
 
-CPU_L2_BYTES = 1536 * 1024       # CS_CPU_L2_BYTES
-CPU_CACHE_BYTES = 6 * 1024 * 1024  # CS_CPU_CACHE_BYTES
-CPU_DIRECT_BYTES = 2 * 1024 * 1024  # CS_CPU_DIRECT_BYTES
-CPU_MAX_DEPTH = 32               # MAX_DEPTH
-CPU_LANES = 8                    # LANES
-CPU_TILES_PER_THREAD = 2         # TILES_PER_THREAD
-CPU_MIN_TILE_MARGINS, CPU_MIN_TILE, CPU_MIN_TILE_X = 4, 8, 256
-CPU_MIN_WORK_PER_THREAD = 1 << 16
-COST_BYTE, COST_FRESH_BYTE, COST_OUTER_CACHE = 1.3, 10.0, 1.05
-# Fraction of the machine's measured FP64 multiply-add rate (a NumPy
-# matrix product) that the engine's row kernels reach: one broadcast
-# weight and one load per FMA.  Loosely calibrated on benchmarks/
-# results/cpu.md (2 EPYC cores: heat2d 3.24 G stencils/s, 5 taps).
-CPU_TAP_FRACTION = 0.35
-# Seconds per step of the direct path beyond its work: an OpenMP barrier
-# and the halo refresh (a few microseconds).
-CPU_STEP_SECONDS = 3e-6
-# A fresh result's first touch, seconds per byte and core (cpu_engine.c:
-# "0.4-0.5 ns per byte measured").
-CPU_FRESH_SECONDS_PER_BYTE = 0.45e-9
+# The model's rates, fitted by benchmarks/bench_explain_cpu.py --fit to
+# the calls of every preset on the sizes and step counts of
+# benchmarks/results/cpu2_explain_fractions*.md, on a 2-core Intel Xeon
+# under KVM (2 MiB of L2 a core, 260 MiB of L3): two runs with the
+# engine's own team and one on one thread (OMP_NUM_THREADS=1), 324
+# calls, 313 of them within 0.75 to 1.33 of the fitted model (a call
+# measured twice differed by up to 1.6 times on that machine).
+# Seconds, on one thread:
+CPU_STORED = {
+    # a call: parsing, setup, the team's start and end (the fit leaves
+    # next to nothing: the setup per point holds it)
+    "call_seconds": 1.0e-9,
+    # the direct path's setup per point (its two padded grids zeroed, the
+    # grid loaded into lanes and stored back: memory, not shared by
+    # threads), by the engine's dimension (1D, 2D run as rows, 3D)
+    "setup_seconds": {1: 1.84e-9, 2: 1.95e-9, 3: 2.38e-9},
+    # a step of the row kernel per point beyond its taps, on the direct
+    # path (the whole grid in two buffers) and in a blocked pass's rings
+    "point_seconds": {1: 1.83e-10, 2: 1.79e-10, 3: 3.27e-10},
+    "ring_point_seconds": {1: 2.07e-10, 2: 3.18e-10, 3: 3.97e-10},
+    # per multiply-add of the row kernel, on either path
+    "tap_seconds": 2.01e-11,
+    "ring_tap_seconds": 2.67e-11,
+    # a step per row and radius along x (the x halo's moves)
+    "row_radius_seconds": 2.44e-8,
+    # a direct step's barriers with a team of two or more
+    "sync_seconds": 2.28e-5,
+    # a blocked pass's compute grows by spill_factor times the bytes its
+    # rings hold beyond L2, over L2 (cs_cpu_plan's ring_bytes), by
+    # dimension
+    "spill_factor": {1: 0.156, 2: 2.16, 3: 0.246},
+    # the blocked passes' traffic (bytes read and written) on one thread:
+    # grids whose arrays fit an eighth of the last-level cache, others;
+    # a team of n moves 1 + (n - 1) * memory_thread_gain times as much
+    "cache_bandwidth": 1.54e10,
+    "bandwidth": 8.63e9,
+    "memory_thread_gain": 1.03,
+    # a team of n threads computes 1 + (n - 1) * thread_gain times as
+    # much as one
+    "thread_gain": 0.916,
+    # the first touch of a fresh result (apply() allocates one; the C
+    # allocator maps one of 32 MiB or more afresh each call), per byte
+    "fresh_seconds_per_byte": 1.0e-10,
+}
+# Where the C allocator gives fresh pages every call (glibc's largest
+# mmap threshold)
+CPU_FRESH_BYTES = 32 << 20
+# The compute scale's run on the stored machine: a step of a 5-point
+# kernel on a 128 x 128 grid in cache on one thread (seconds)
+CPU_STORED_STEP_SECONDS = 6.95e-6
+
+# The compute scale, measured at a process's first CPU_SCALE_TRIES
+# predictions, CPU_SCALE_INTERVAL seconds apart at the soonest
+# (measure_cpu_scale)
+CPU_SCALE_TRIES = 3
+CPU_SCALE_INTERVAL = 2.0
+_cpu_measured = {"scale": 1.0, "tries": 0, "at": 0.0}
+_clock = time.monotonic
 
 
-def _has_avx512():
+def _cache_bytes(level, default):
+    """The size of the cache of `level` of CPU 0 (sysfs), or `default`."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
     try:
-        with open("/proc/cpuinfo") as f:
-            return " avx512f" in f.read(1 << 16)
-    except OSError:
-        return False
-
-
-@functools.lru_cache(maxsize=1)
-def _vecs():
-    return 8 if _has_avx512() else 4
+        for entry in sorted(os.listdir(base)):
+            path = os.path.join(base, entry)
+            with open(os.path.join(path, "level")) as f:
+                if int(f.read()) != level:
+                    continue
+            with open(os.path.join(path, "size")) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+            return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return default
 
 
 def cpu_threads():
@@ -575,189 +623,168 @@ def cpu_threads():
         return os.cpu_count() or 1
 
 
-_cpu_rates = None
+def _min_seconds(fn, repeat):
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
-def measure_cpu_rates():
-    """This machine's copy bandwidth (read + write, bytes/s) and FP64
-    rate (flops/s, all cores): a few milliseconds of NumPy, once."""
-    global _cpu_rates
-    if _cpu_rates is None:
-        a = np.ones(1 << 22)      # 32 MiB: past the caches
-        b = np.empty_like(a)
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            np.copyto(b, a)
-            best = min(best, time.perf_counter() - t0)
-        bandwidth = 2 * a.nbytes / best
-        m = np.ones((256, 256))
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            m @ m
-            best = min(best, time.perf_counter() - t0)
-        _cpu_rates = {"bandwidth": bandwidth,
-                      "fp64_flops": 2 * 256.0 ** 3 / best}
-    return dict(_cpu_rates)
+def _step_scale():
+    """One measurement of the compute scale on the calling thread."""
+    w = np.zeros((3, 3))
+    w[1, :] = w[:, 1] = 0.2
+    u = np.random.default_rng(0).random((128, 128))
+    out = np.empty_like(u)
+
+    def run(steps):
+        return lambda: _engine.run_host(u, w, out, steps=steps,
+                                        mode="constant", cval=0.0,
+                                        backend="cpu", threads=1)
+    step = (_min_seconds(run(24), 7) - _min_seconds(run(4), 7)) / 20.0
+    return max(step, 1e-9) / CPU_STORED_STEP_SECONDS
+
+
+def _scale_on_cores():
+    """The fastest of _step_scale() on each of up to four of the cores
+    this process may use (about 10 ms a core)."""
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        mine = []
+    cores = mine[:: max(1, -(-len(mine) // 4))][:4]
+    scales = []
+    for core in cores:
+        try:
+            os.sched_setaffinity(0, {core})
+        except OSError:
+            continue
+        try:
+            scales.append(_step_scale())
+        finally:
+            os.sched_setaffinity(0, mine)
+    return min(scales) if scales else _step_scale()
+
+
+def measure_cpu_scale():
+    """How much slower than the stored machine this one runs the engine's
+    row kernel: the fastest of short runs of the engine on each of up to
+    four of the cores this process may use.  The fastest is the quiet
+    moment: on a virtual machine a core may run at two thirds of its
+    speed for a second or more while the host runs something beside it
+    (a whole measurement once read 1.37 where the same machine read
+    0.94 to 0.97 in five processes a minute later).  So the scale is
+    measured again at later calls, CPU_SCALE_INTERVAL seconds apart at
+    the soonest and CPU_SCALE_TRIES times in all, and the fastest counts:
+    a process's predictions settle within its first few seconds of
+    use.  Memory rates are taken as stored."""
+    m = _cpu_measured
+    now = _clock()
+    if m["tries"] < CPU_SCALE_TRIES and (
+            m["tries"] == 0 or now - m["at"] >= CPU_SCALE_INTERVAL):
+        scale = _scale_on_cores()
+        m["scale"] = scale if m["tries"] == 0 else min(m["scale"], scale)
+        m["tries"] += 1
+        m["at"] = _clock()
+    return m["scale"]
 
 
 def cpu_rates(overrides=None):
-    rates = measure_cpu_rates() if not (
-        overrides and {"bandwidth", "fp64_flops"} <= set(overrides)) else {}
-    rates.update({"threads": cpu_threads(),
-                  "step_seconds": CPU_STEP_SECONDS})
-    rates.update(overrides or {})
+    """The CPU model's rates: CPU_STORED's, "compute_scale" (this
+    machine's against the stored one: measure_cpu_scale() unless given),
+    "memory_scale" (1 unless given), "threads" (the cores), "l2_bytes"
+    and "llc_bytes" (the caches, from sysfs); `overrides` replaces any."""
+    overrides = dict(overrides or {})
+    rates = dict(CPU_STORED)
+    rates.update(memory_scale=1.0, threads=cpu_threads(),
+                 l2_bytes=_cache_bytes(2, 2 << 20),
+                 llc_bytes=_cache_bytes(3, 32 << 20))
+    if "compute_scale" not in overrides:
+        rates["compute_scale"] = measure_cpu_scale()
+    rates.update(overrides)
     return rates
 
 
-class _CpuEngine:
-    """The engine's view of a grid (cpu_engine.c engine_init): 3D extents
-    (a 2D grid {ny, nx} streams as {ny, 1, nx}), radii, taps."""
-
-    def __init__(self, shape, w, mode):
-        s = (1,) * (3 - len(shape)) + tuple(shape)
-        k = sides3(w)
-        if len(shape) == 2:
-            s, k = (s[1], 1, s[2]), (k[1], 1, k[2])
-        self.n = s
-        self.r = tuple((x - 1) // 2 for x in k)
-        self.wrap = mode == "wrap"
-        nz = np.count_nonzero(w)
-        self.taps = float(max(nz, 1))
-        kx = w.shape[-1]
-        rows = w.reshape(-1, kx)
-        sep_max = 7 if _vecs() == 8 else 3
-        if (3 <= kx <= sep_max and rows.shape[0] > 1
-                and kernel_taps(w)["outer"]
-                and np.all(rows[np.argmax(np.abs(rows).max(axis=1))] != 0)):
-            nrows = np.count_nonzero(np.abs(rows).sum(axis=1))
-            sep = nrows * (_vecs() + kx - 1.0) / _vecs() + kx
-            self.taps = min(self.taps, sep)
+@functools.lru_cache(maxsize=256)
+def _cpu_plan_cached(shape, wbytes, wshape, mode, steps, threads):
+    w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
+    return _engine.plan_cpu(shape, w, mode=mode, steps=steps,
+                            threads=threads)
 
 
-def _wrap_margins(e, count, a):
-    return e.wrap and e.r[a] > 0 and (a == 0 or count[a] > 1)
+def cpu_plan(shape, w, mode, steps, threads=0):
+    """What the CPU engine runs (a dict, _engine.plan_cpu): `threads` > 0
+    as a run of that many threads would (cached), 0 as the engine would
+    choose now (it reads the machine's load)."""
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    shape = tuple(int(n) for n in shape)
+    if threads > 0:
+        return dict(_cpu_plan_cached(shape, w.tobytes(), w.shape, mode,
+                                     int(steps), int(threads)))
+    return _engine.plan_cpu(shape, w, mode=mode, steps=int(steps))
 
 
-def _held(e, tile, count, depth, a):
-    if count[a] == 1 and not _wrap_margins(e, count, a):
-        return e.n[a]
-    return tile[a] + 2 * depth * e.r[a]
+CpuCost = collections.namedtuple(
+    "CpuCost", "seconds bound call setup compute memory fresh")
 
 
-def _ring_bytes(e, tile, count, depth):
-    row = (-(-_held(e, tile, count, depth, 2) // CPU_LANES)
-           + 2 * e.r[2]) * CPU_LANES
-    plane = row * (_held(e, tile, count, depth, 1) + 2 * e.r[1])
-    return (depth + 1.0) * (2 * e.r[0] + 1) * plane * 8
+def _cpu_dim(plan):
+    n = plan["run_shape"]
+    return 3 if n[1] > 1 else (2 if n[0] > 1 else 1)
 
 
-def _tile_min(e, a, depth):
-    m = max(CPU_MIN_TILE_MARGINS * depth * e.r[a], e.r[a] + 1)
-    return max(m, CPU_MIN_TILE_X if a == 2 else CPU_MIN_TILE)
-
-
-def _split(e, tile, count, depth, a, most):
-    if most >= e.n[a]:
-        tile[a], count[a] = e.n[a], 1
-        return True
-    if most < _tile_min(e, a, depth) or e.n[a] <= 2 * e.r[a]:
-        return False
-    count[a] = -(-e.n[a] // most)
-    tile[a] = -(-e.n[a] // count[a])
-    return True
-
-
-def _fit_tiles(e, nt, budget, depth):
-    tile, count = list(e.n), [1, 1, 1]
-    rb = _ring_bytes(e, tile, count, depth)
-    if rb > budget and e.n[1] > 1:
-        per_row = rb / (_held(e, tile, count, depth, 1) + 2 * e.r[1])
-        most = int(budget / per_row) - 2 * (depth + 1) * e.r[1]
-        _split(e, tile, count, depth, 1, max(most, _tile_min(e, 1, depth)))
-    rb = _ring_bytes(e, tile, count, depth)
-    if rb > budget:
-        per_pt = rb / (_held(e, tile, count, depth, 2) + 2 * e.r[2])
-        most = (int(budget / per_pt) - 2 * (depth + 1) * e.r[2]
-                - CPU_LANES)
-        if not _split(e, tile, count, depth, 2, most):
-            return None
-    want = CPU_TILES_PER_THREAD * nt
-    tiles = count[1] * count[2]
-    if nt > 1 and tiles < want:
-        blocks = -(-want // tiles)
-        most = max(-(-e.n[0] // blocks), _tile_min(e, 0, depth))
-        if not _split(e, tile, count, depth, 0, most):
-            tile[0], count[0] = e.n[0], 1
-    return tile, count
-
-
-def _tiling_cost(e, tile, count, depth, steps):
-    """cpu_engine.c tiling_cost: (taps, bytes moved, fresh bytes) per
-    point for the whole run, and the cost in tap units."""
-    redundant = loaded = 1.0
-    for a in range(3):
-        held = float(_held(e, tile, count, depth, a))
-        out = float(tile[a])
-        shrink = (held - out) / 2.0 / depth
-        redundant *= (held / out if a == 2
-                      else (out + (depth - 1) * shrink) / out)
-        loaded *= held / out
-    passes = -(-steps // depth)
-    taps = steps * e.taps * redundant
-    if _ring_bytes(e, tile, count, depth) > CPU_L2_BYTES:
-        taps *= COST_OUTER_CACHE
-    moved = passes * (8.0 * loaded + 16.0)
-    fresh = 8.0 if passes > 1 else 0.0
-    return taps, moved, fresh, taps + moved * COST_BYTE + \
-        fresh * COST_FRESH_BYTE
-
-
-def cpu_plan(shape, w, mode, steps, threads):
-    """What the CPU engine runs: a dict with path, depth (T), passes,
-    taps, bytes moved and fresh bytes per point over the run."""
-    e = _CpuEngine(shape, w, mode)
+def cpu_time(plan, shape, steps, rates, fresh_out=True):
+    """The model's price of a CPU plan (a CpuCost, seconds): a call's
+    fixed cost; the direct path's setup; each step's compute (the points
+    a step computes, margins included, at the row kernel's rate, rings
+    that spill from L2 slower), shared by the threads, and the direct
+    path's barriers; the blocked passes' memory traffic; the first touch
+    of a fresh result of 32 MiB or more (`fresh_out`: apply() allocated
+    it)."""
     npts = float(np.prod(shape))
-    nt = max(1, min(threads, int(npts * e.taps // CPU_MIN_WORK_PER_THREAD)
-                    or 1))
-    best = None
-    if npts * 8 > CPU_DIRECT_BYTES and steps > 0:
-        for t in range(1, min(steps, CPU_MAX_DEPTH) + 1):
-            if -(-steps // (-(-steps // t))) != t:
-                continue  # an uneven depth
-            for budget in (CPU_L2_BYTES, CPU_CACHE_BYTES):
-                fit = _fit_tiles(e, nt, budget, t)
-                if fit is None:
-                    continue
-                cost = _tiling_cost(e, fit[0], fit[1], t, steps)
-                if best is None or cost[3] < best[1][3]:
-                    best = (t, cost)
-    if best is not None:
-        t, (taps, moved, fresh, _) = best
-        return {"path": "direct-temporal-blocked", "depth": t,
-                "passes": -(-steps // t), "taps": taps, "moved": moved,
-                "fresh": fresh, "threads": nt, "row_taps": e.taps}
-    in_cache = npts * 8 * 2 <= CPU_DIRECT_BYTES
-    return {"path": "direct", "depth": 1, "passes": steps,
-            "taps": steps * e.taps, "moved": 0.0 if in_cache
-            else 16.0 * steps, "fresh": 0.0, "threads": nt,
-            "row_taps": e.taps}
-
-
-def cpu_time(plan, shape, rates):
-    """(seconds, bound, compute seconds, memory seconds) of a CPU plan:
-    the C model's sum of work and traffic, in seconds."""
-    npts = float(np.prod(shape))
+    kc, km = rates["compute_scale"], rates["memory_scale"]
+    call = kc * rates["call_seconds"]
+    if steps == 0:
+        return CpuCost(call, "memory", call, 0.0, 0.0, 0.0, 0.0)
+    d = _cpu_dim(plan)
     nt = plan["threads"]
-    tap_rate = rates["fp64_flops"] / 2.0 * CPU_TAP_FRACTION
-    tap_rate *= nt / float(max(rates["threads"], 1))
-    compute = npts * plan["taps"] / tap_rate
-    memory = npts * plan["moved"] / rates["bandwidth"]
-    memory += npts * plan["fresh"] * CPU_FRESH_SECONDS_PER_BYTE / nt
-    overhead = plan["passes"] * rates["step_seconds"]
-    bound = "FP64 units" if compute >= memory else "memory"
-    return compute + memory + overhead, bound, compute, memory
+    share = 1.0 + (nt - 1) * rates["thread_gain"]
+    rows = npts / plan["run_shape"][2]
+    direct = plan["path"] == "direct"
+    if direct:
+        per_point = (rates["point_seconds"][d]
+                     + rates["tap_seconds"] * plan["row_taps"])
+    else:
+        per_point = (rates["ring_point_seconds"][d]
+                     + rates["ring_tap_seconds"] * plan["row_taps"])
+        if plan["ring_spills"]:
+            l2 = float(rates["l2_bytes"])
+            per_point *= 1.0 + rates["spill_factor"][d] * max(
+                plan["ring_bytes"] - l2, 0.0) / l2
+    per_row = rates["row_radius_seconds"] * plan["radius"][2]
+    compute = (kc * steps * plan["computed"]
+               * (npts * per_point + rows * per_row) / share)
+    setup = memory = 0.0
+    if direct:
+        setup = kc * npts * rates["setup_seconds"][d]
+        if nt > 1:
+            compute += kc * steps * rates["sync_seconds"]
+    else:
+        arrays = npts * 8.0 * (3.0 if plan["temp_grid"] else 2.0)
+        # one thread's rate; a team's grows by memory_thread_gain a thread
+        rate = ((rates["cache_bandwidth"] if arrays <= rates["llc_bytes"] / 8.0
+                 else rates["bandwidth"])
+                * (1.0 + (nt - 1) * rates["memory_thread_gain"]))
+        memory = (km * plan["passes"] * npts * (8.0 * plan["loaded"] + 16.0)
+                  / rate)
+    fresh = 0.0
+    if fresh_out and npts * 8.0 >= CPU_FRESH_BYTES:
+        fresh = km * npts * 8.0 * rates["fresh_seconds_per_byte"]
+    seconds = call + setup + compute + memory + fresh
+    bound = "FP64 units" if compute >= memory + setup + fresh else "memory"
+    return CpuCost(seconds, bound, call, setup, compute, memory, fresh)
 
 
 def predict_gpu(shape, w, mode, steps, path, max_depth=0, rates=None,

@@ -2,7 +2,8 @@
 # run.sh [quick|full|tc3d|tc3d-quick|session|tb2d|fold|onestep|scheme|
 #         scheme-quick] -- check the CUDA engine without a GPU.
 #
-# Builds the real sources of csrc/cuda (and csrc/stencil.c, layout.c, plan.c)
+# Builds the real sources of csrc/cuda (and csrc/stencil.c, layout.c, plan.c,
+# cpu/threads.c: host_copy.c's thread count)
 # as CPU code against the small CUDA emulation in this folder, then runs
 # test_engine: cs_cuda_apply on every path, mode and kernel family against
 # a naive step-by-step correlate, plus the error paths (no device, no
@@ -33,9 +34,10 @@ python3 "$here/emu_build.py" "$out" --cflags "-g ${EMU_CFLAGS:-}" > /dev/null
 cxx=(g++ -std=c++20 -O2 -g -DCS_CUDA_EMULATION -I"$here" -I"$out" -Wall -Wextra
      -Wno-unused-parameter -Wno-unknown-pragmas "${flags[@]}")
 mkdir -p "$out/tests"
-for f in stencil layout host_copy plan scheme scheme_plan; do
+for f in stencil layout host_copy plan scheme scheme_plan cpu/threads; do
     # .c.o: csrc/scheme.c and csrc/cuda/scheme.cu share a name
-    gcc -std=c99 -O2 -g -I"$out" "${flags[@]}" -c "$src/$f.c" -o "$out/$f.c.o"
+    gcc -std=c99 -O2 -g -I"$out" "${flags[@]}" -c "$src/$f.c" \
+        -o "$out/$(basename "$f").c.o"
 done
 case "${1:-quick}" in
 scheme*) test=test_scheme; mode=${1#scheme}; mode=${mode#-} ;;

@@ -1,0 +1,133 @@
+"""explain() tells the truth on the CPU: for every preset on the issue's
+grids and 1 to 1000 steps, the engine's measured call over the model's
+prediction (last_run_info()["fraction_of_prediction"]) lies between 0.75
+and 1.33 on a quiet machine (issue 38).
+
+Each case runs once to warm up, then a few times into one result array
+(out=: a fresh result's page faults vary several-fold on a virtual
+machine, and are priced apart); the fraction is the median call's over
+the median prediction.  A case above the bound is measured again, up to
+three times over 7 s, and the quietest attempt counts: the bound is for
+a quiet machine, and a virtual machine's host may slow it for a second
+or more without a sign inside (the failure says how much CPU other
+processes used meanwhile).  Noise only slows a call, so a prediction
+too high fails at once.  A call of one thread is measured again on each
+core in turn (a core of a virtual machine ran such calls 1.5 times as
+long as the other for the whole life of a process).  About 25 s on
+two cores.  benchmarks/bench_explain_cpu.py measures the full table
+(benchmarks/results/cpu2_explain_fractions.md).
+"""
+import os
+import time
+
+import numpy as np
+import pytest
+
+import convstencil as cs
+from convstencil import _model
+
+LOW, HIGH = 0.75, 1.33
+
+# (preset, shape, steps): every preset at the issue's sizes (1D at the
+# 2D grids' point counts), 1 to 1000 steps where a call takes under a
+# second or so
+CASES = []
+for _name in cs.PRESETS:
+    _ndim = cs.Stencil(_name).weights.ndim
+    if _ndim == 1:
+        CASES += [(_name, (1 << 16,), s) for s in (1, 10, 100, 1000)]
+        CASES += [(_name, (1 << 22,), s) for s in (1, 10, 100)]
+    elif _ndim == 2:
+        CASES += [(_name, (256, 256), s) for s in (1, 10, 100, 1000)]
+        CASES += [(_name, (2048, 2048), s) for s in (1, 10, 100)]
+    else:
+        CASES += [(_name, (64,) * 3, s) for s in (1, 10, 100, 1000)]
+        CASES += [(_name, (128,) * 3, s) for s in (1, 10, 100)]
+        CASES += [(_name, (256,) * 3, s) for s in (1, 10)]
+CASES += [("heat2d", (2048, 2048), 1000), ("heat3d", (256,) * 3, 100)]
+
+
+def _busy_seconds():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf(
+        "SC_CLK_TCK")
+
+
+def _own_seconds():
+    t = os.times()
+    return t.user + t.system
+
+
+def _measure(u, name, steps, out):
+    """(fraction, cores other processes used meanwhile, record)."""
+    cs.apply(u, name, steps=steps, out=out)
+    first = cs.last_run_info()["wall_seconds"]
+    repeat = 5 if first < 0.05 else 3
+    walls, predicted = [], []
+    b0, o0, t0 = _busy_seconds(), _own_seconds(), time.perf_counter()
+    for _ in range(repeat):
+        cs.apply(u, name, steps=steps, out=out)
+        info = cs.last_run_info()
+        walls.append(info["wall_seconds"])
+        predicted.append(info["predicted_seconds"])
+    wall = time.perf_counter() - t0
+    others = max((_busy_seconds() - b0) - (_own_seconds() - o0), 0.0) / wall
+    return np.median(walls) / np.median(predicted), others, info
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"),
+                    reason="the quiet-machine check reads /proc/stat")
+@pytest.mark.parametrize("name, shape, steps", CASES)
+def test_cpu_prediction_within_bounds(name, shape, steps):
+    u = np.random.default_rng(0).random(shape)
+    out = np.empty_like(u)
+    # the quietest of up to four attempts (noise only slows a call): a
+    # fraction below the bound fails at once, one above it is measured
+    # again after 1, 2 and 4 s; a call of one thread then on each core in
+    # turn, since a virtual machine's core may run slowly for seconds and
+    # the scheduler keeps a process on the core it ran on
+    best = None
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = []
+    for attempt in range(4):
+        pin = attempt > 0 and best[2]["threads"] == 1 and len(cores) > 1
+        if pin:
+            os.sched_setaffinity(0, {cores[attempt % len(cores)]})
+        try:
+            fraction, others, info = _measure(u, name, steps, out)
+        finally:
+            if pin:
+                os.sched_setaffinity(0, cores)
+        if best is None or fraction < best[0]:
+            best = (fraction, others, info)
+        if best[0] <= HIGH:
+            break
+        time.sleep(2.0 ** attempt)
+    fraction, others, info = best
+    assert LOW <= fraction <= HIGH, (
+        "%s on %s, %d steps: measured / predicted %.2f (path %s, depth %d, "
+        "%d thread(s)); other processes used %.2f cores meanwhile"
+        % (name, shape, steps, fraction, info["path"], info["fused_depth"],
+           info["threads"], others))
+
+
+def test_compute_scale_settles_on_the_fastest_reading(monkeypatch):
+    """The compute scale is read again at later predictions, 2 s apart at
+    the soonest and 3 times in all, and the fastest reading counts: one
+    slow moment of a virtual machine does not price a process's runs."""
+    readings = iter([1.4, 0.95, 1.1, 0.5])
+    clock = [100.0]
+    monkeypatch.setattr(_model, "_scale_on_cores", lambda: next(readings))
+    monkeypatch.setattr(_model, "_clock", lambda: clock[0])
+    monkeypatch.setattr(_model, "_cpu_measured",
+                        {"scale": 1.0, "tries": 0, "at": 0.0})
+    seen = []
+    for advance in (0.0, 0.5, 2.0, 2.0, 2.0):
+        clock[0] += advance
+        seen.append(_model.measure_cpu_scale())
+    assert seen == [1.4, 1.4, 0.95, 0.95, 0.95]
+    assert _model.cpu_rates()["compute_scale"] == 0.95
+    assert _model.cpu_rates({"compute_scale": 2.0})["compute_scale"] == 2.0
