@@ -212,40 +212,55 @@ sch_stage_plan_make(const cs_scheme *s, int gi, const sch_grid *g, int *tap0,
  * streamed passes: the regrouped sums (scheme_plan.h)
  * --------------------------------------------------------------------- */
 
-/* The pattern of a 3 x 3 tap set (bit 3 dy + dx + 4 for dy, dx in -1..1). */
+/* The pattern of a 2D tap set (bit 3 dy + dx + 4 for dy, dx in -1..1)
+   or a 3D one (within the 7-point star). */
 static int
-stream_kind(unsigned mask)
+stream_kind(int ndim, unsigned mask)
 {
-    const unsigned centre = 1u << 4, plus = 0x0bau, box = 0x1ffu;
-    return mask == 0         ? SST_NONE
-           : mask == centre  ? SST_CENTRE
-           : mask == plus    ? SST_PLUS
-           : mask == box     ? SST_BOX
-                             : SST_MASK;
+    const unsigned centre = ndim == 3 ? 1u << SST_TAP3_CENTRE : 1u << 4;
+    const unsigned plus = 0x0bau, box = 0x1ffu;
+    if (mask == 0 || mask == centre) {
+        return mask == 0 ? SST_NONE : SST_CENTRE;
+    }
+    if (ndim == 3) {
+        return mask == SST_STAR3_MASK ? SST_STAR3 : SST_MASK;
+    }
+    return mask == plus ? SST_PLUS : mask == box ? SST_BOX : SST_MASK;
 }
 
 /* Add coef times stencil k's nonzero weights to group (i, c, f); 0 if k
-   is wider than 3 x 3 or meets a tap the group has. */
+   is wider than 3 x 3 (in 3D: has a tap off the 7-point star) or meets
+   a tap the group has. */
 static int
 stream_add_stencil(sch_stream_tables *t, int i, int c, int f,
                    const cs_kernel *k, double coef)
 {
-    const ptrdiff_t ry = cs_kernel_radius(k, 1), rx = cs_kernel_radius(k, 2);
-    if (k->size[0] != 1 || ry > 1 || rx > 1) {
+    const ptrdiff_t rz = cs_kernel_radius(k, 0), ry = cs_kernel_radius(k, 1),
+                    rx = cs_kernel_radius(k, 2);
+    if ((t->ndim == 2 && k->size[0] != 1) || rz > 1 || ry > 1 || rx > 1) {
         return 0;
     }
-    for (ptrdiff_t y = 0; y < k->size[1]; y++) {
-        for (ptrdiff_t x = 0; x < k->size[2]; x++) {
-            const double w = k->weights[y * k->size[2] + x];
-            if (w == 0.0) {
-                continue; /* never multiplies data: scipy.ndimage */
+    for (ptrdiff_t z = 0; z < k->size[0]; z++) {
+        for (ptrdiff_t y = 0; y < k->size[1]; y++) {
+            for (ptrdiff_t x = 0; x < k->size[2]; x++) {
+                const double w =
+                    k->weights[(z * k->size[1] + y) * k->size[2] + x];
+                if (w == 0.0) {
+                    continue; /* never multiplies data: scipy.ndimage */
+                }
+                const int in_plane = (int)(3 * (y - ry + 1) + (x - rx + 1));
+                const int bit = t->ndim == 3
+                                    ? (int)(9 * (z - rz + 1)) + in_plane
+                                    : in_plane;
+                if ((t->mask[i][c][f] >> bit) & 1u) {
+                    return 0; /* two terms on one tap: kept apart elsewhere */
+                }
+                if (t->ndim == 3 && !((SST_STAR3_MASK >> bit) & 1u)) {
+                    return 0; /* off the star */
+                }
+                t->mask[i][c][f] |= 1u << bit;
+                t->w[i][c][f][bit] = coef * w;
             }
-            const int bit = (int)(3 * (y - ry + 1) + (x - rx + 1));
-            if ((t->mask[i][c][f] >> bit) & 1u) {
-                return 0; /* two terms on one tap: kept apart elsewhere */
-            }
-            t->mask[i][c][f] |= 1u << bit;
-            t->w[i][c][f][bit] = coef * w;
         }
     }
     return 1;
@@ -395,6 +410,12 @@ int
 sch_stream_compiled(const sch_stream_tables *t)
 {
     const unsigned long long sig = sch_stream_signature(t);
+    if (t->ndim == 3) { /* scheme_stream3.cu's dispatch */
+        return !t->pointwise && !t->scaled
+               && ((t->fields == 2 && sig == SST_SIG_WAVE3
+                    && sch_stream3_copy(t, 1) == 0)
+                   || (t->fields == 1 && sig == SST_SIG_STAR3));
+    }
     if (t->pointwise) {
         return sch_stream_pw_compiled(t);
     }
@@ -418,6 +439,18 @@ sch_stream_max_depth(const sch_stream_tables *t)
     const unsigned long long sig = sch_stream_signature(t);
     const int pw = t->pointwise != 0;
     const int compiled = sch_stream_pw_compiled(t);
+    if (t->ndim == 3) {
+        /* scheme_stream3.cu's instances: a partial plane a level and sum
+           (4 doubles a thread of 512, whose registers are 128), with
+           the patterns compiled in 6; read at run time 4 for one field,
+           3 for two, 2 for two with a scaled sum, none with two (their
+           shared planes bound them too: sch_stream3_smem_bytes) */
+        return sch_stream_compiled(t) ? 6
+               : t->fields == 1       ? 4
+               : t->scaled == 1       ? 2
+               : t->scaled == 0       ? 3
+                                      : 0;
+    }
     if (t->fields == 1) {
         if (t->scaled) {
             return pw ? 3 : 4;
@@ -434,13 +467,79 @@ sch_stream_max_depth(const sch_stream_tables *t)
     }
 }
 
+unsigned
+sch_stream3_shared(const sch_stream_tables *t)
+{
+    if (!sch_stream_compiled(t)) {
+        return (1u << t->fields) - 1u; /* scheme_stream3.cu's dispatch */
+    }
+    unsigned shared = 0;
+    const unsigned centre = 1u << SST_TAP3_CENTRE;
+    for (int i = 0; i < t->fields; i++) {
+        const int copied = sch_stream3_copy(t, i);
+        if (copied >= 0) {
+            shared |= 1u << copied;
+            continue;
+        }
+        for (int c = 0; c < 2; c++) {
+            for (int f = 0; f < t->fields; f++) {
+                if (t->mask[i][c][f] & ~centre) {
+                    shared |= 1u << f;
+                }
+            }
+        }
+        for (int m = 0; m < t->npw[i]; m++) {
+            for (int f = 0; f < t->fields; f++) {
+                if (t->pw_power[i][m][f] != 0) {
+                    shared |= 1u << f;
+                }
+            }
+        }
+    }
+    return shared;
+}
+
+int
+sch_stream3_copy(const sch_stream_tables *t, int i)
+{
+    int copied = -1;
+    if (t->constant[i] != 0.0 || t->npw[i] != 0 || i < t->scaled) {
+        return -1;
+    }
+    for (int c = 0; c < 2; c++) {
+        for (int f = 0; f < t->fields; f++) {
+            if (t->mask[i][c][f] != 0) {
+                return -1;
+            }
+            const int n = t->ncentre[i][c][f];
+            if (n == 0) {
+                continue;
+            }
+            if (c != 0 || n != 1 || t->centre[i][0][f][0] != 1.0
+                || copied >= 0) {
+                return -1;
+            }
+            copied = f;
+        }
+    }
+    return copied;
+}
+
+size_t
+sch_stream3_smem_bytes(const sch_stream_tables *t, int depth)
+{
+    const size_t shared = (size_t)__builtin_popcount(sch_stream3_shared(t));
+    return 2 * (size_t)depth * shared * SST3_PLANE_BYTES;
+}
+
 int
 sch_stream_tables_make(const cs_scheme *s, cs_mode mode,
                        sch_stream_tables *t)
 {
     memset(t, 0, sizeof(*t));
     const int K = s->field_count;
-    if (s->ndim != 2 || s->stage_count != 1 || K > SST_FIELDS
+    if ((s->ndim != 2 && s->ndim != 3) || s->stage_count != 1
+        || K > SST_FIELDS
         || (mode != CS_MODE_WRAP && mode != CS_MODE_CONSTANT)) {
         return 0;
     }
@@ -468,6 +567,7 @@ sch_stream_tables_make(const cs_scheme *s, cs_mode mode,
             pos[f] = next++;
         }
     }
+    t->ndim = s->ndim;
     t->fields = K;
     for (int f = 0; f < K; f++) {
         const int i = pos[f];
@@ -490,7 +590,7 @@ sch_stream_tables_make(const cs_scheme *s, cs_mode mode,
     for (int i = 0; i < K; i++) {
         for (int c = 0; c < 2; c++) {
             for (int f = 0; f < K; f++) {
-                t->kind[i][c][f] = stream_kind(t->mask[i][c][f]);
+                t->kind[i][c][f] = stream_kind(t->ndim, t->mask[i][c][f]);
             }
         }
     }
@@ -1062,11 +1162,37 @@ tb_cost(int smem_optin, const sch_stage_plan *plans, int stages,
 #define SST_OPS_SCALE 2
 #define SST_OPS_TERM 6
 #define SST_OPS_FACTOR 8
+/* 3D (scheme_stream3.cu): a tile's central (64 - 2 depth) x (32 - 2
+   depth) cells are its own; every level computes the whole tile, and
+   each pass reads the whole tile (the margins too: unlike 2D's strips,
+   the neighbouring tiles' planes are seldom in L2 at the time).  Its
+   operations a level and cell: those of 2D, and SST3_OPS_SHARED per
+   field through shared planes (its plane left there, its neighbours'
+   and its previous plane read back).  Fitted on the H100 to the wave
+   (512^3, 48 steps, h100_schemes_streamed3d.md, G/s measured and
+   modelled): SST3_DRAM to depths 2, 3, 4 (132, 130; 179, 183; 231,
+   229), SST3_OP_RATE to 5 and 6 (212, 221; 217, 193), where the work
+   outweighs the bytes; the model's lowest cost is depth 4, the
+   fastest. */
+#define SST3_DRAM 2.3e12
+#define SST3_OP_RATE 8.0e12
+#define SST3_OPS_SHARED 3
+static double
+stream_waste(const sch_stream_tables *t, int depth)
+{
+    if (t->ndim == 3) {
+        const double tile = (double)SST3_TILE_ROWS * SST3_TILE_COLS;
+        return tile / ((SST3_TILE_ROWS - 2.0 * depth)
+                       * (SST3_TILE_COLS - 2.0 * depth));
+    }
+    const int margin = (depth + 1) / 2 * 2;
+    return (double)SST_COLUMNS / (SST_COLUMNS - 2 * margin);
+}
+
 static double
 stream_cost(const sch_stream_tables *t, int nparams, int depth)
 {
-    const int margin = (depth + 1) / 2 * 2;
-    const double waste = (double)SST_COLUMNS / (SST_COLUMNS - 2 * margin);
+    const double waste = stream_waste(t, depth);
     const int compiled = sch_stream_pw_compiled(t);
     int updated = 0, ops = 0;
     for (int i = 0; i < t->fields; i++) {
@@ -1088,26 +1214,44 @@ stream_cost(const sch_stream_tables *t, int nparams, int depth)
                    + (t->pw_param[i][m] >= 0 ? SST_OPS_PARAM : 0);
         }
     }
-    const double mem = 8.0 * (t->fields + nparams + updated)
-                       / (SST_DRAM * depth);
-    const double work = ops * waste
-                        / (sch_stream_compiled(t) ? SST_OP_RATE_COMPILED
-                                                  : SST_OP_RATE);
+    double mem = 8.0 * (t->fields + nparams + updated) / (SST_DRAM * depth);
+    double rate = sch_stream_compiled(t) ? SST_OP_RATE_COMPILED
+                                         : SST_OP_RATE;
+    if (t->ndim == 3) {
+        mem = 8.0 * ((t->fields + nparams) * waste + updated)
+              / (SST3_DRAM * depth);
+        ops += SST3_OPS_SHARED * __builtin_popcount(sch_stream3_shared(t));
+        rate = SST3_OP_RATE;
+    }
+    const double work = ops * waste / rate;
     return mem > work ? mem : work;
 }
 
 /* The streamed passes' depth, forced or the deepest (0: none taken). */
 static int
 stream_choice(const cs_scheme *s, const ptrdiff_t shape[3], cs_mode mode,
-              long steps, int force, sch_stream_tables *t, double *cost)
+              long steps, int force, int smem_optin, sch_stream_tables *t,
+              double *cost)
 {
     *cost = 0.0;
-    if (shape[0] != 1 || shape[1] < CS_TB2D_MIN_EXTENT
-        || shape[2] < CS_TB2D_MIN_EXTENT || steps < 1
-        || !sch_stream_tables_make(s, mode, t)) {
+    const int fits = s->ndim == 3
+                         ? shape[0] >= SST3_MIN_EXTENT
+                               && shape[1] >= SST3_MIN_EXTENT
+                               && shape[2] >= SST3_MIN_EXTENT
+                         : shape[0] == 1 && shape[1] >= CS_TB2D_MIN_EXTENT
+                               && shape[2] >= CS_TB2D_MIN_EXTENT;
+    if (!fits || steps < 1 || !sch_stream_tables_make(s, mode, t)) {
         return 0;
     }
-    const int top = sch_stream_max_depth(t);
+    int top = sch_stream_max_depth(t);
+    if (t->ndim == 3) {
+        while (top > 0 && sch_stream3_smem_bytes(t, top) > (size_t)smem_optin) {
+            top--;
+        }
+        if (top == 0) {
+            return 0;
+        }
+    }
     if (force > 0) {
         const int k = force < top ? force : top;
         *cost = stream_cost(t, s->param_count, k);
@@ -1117,7 +1261,17 @@ stream_choice(const cs_scheme *s, const ptrdiff_t shape[3], cs_mode mode,
        fastest there or within 2% of it (h100_schemes_streamed.md),
        while the model, a maximum of two bounds, overrates the shallow
        passes of the schemes with parameters or pointwise terms */
-    const int k = steps < top ? (int)steps : top;
+    int k = steps < top ? (int)steps : top;
+    if (t->ndim == 3) {
+        /* in 3D the margins cost more: the depth the model prices
+           lowest */
+        for (int d = k - 1; d >= 1; d--) {
+            if (stream_cost(t, s->param_count, d)
+                < stream_cost(t, s->param_count, k)) {
+                k = d;
+            }
+        }
+    }
     *cost = stream_cost(t, s->param_count, k);
     return k;
 }
@@ -1158,7 +1312,7 @@ sch_choose_passes(const cs_scheme *s, const sch_stage_plan *plans,
     const int sdepth =
         force_rows != 0 || no_stream || !streamed_ok
             ? 0
-            : stream_choice(s, shape, mode, steps, force_stream,
+            : stream_choice(s, shape, mode, steps, force_stream, smem_optin,
                             &out->stream, &scost);
     out->stream_cost = scost;
     const int K = s->field_count;

@@ -128,12 +128,13 @@ typedef struct sch_tb_schedule {
     signed char dst[SCH_TB_INSTANCES][CS_SCHEME_MAX_FIELDS];
 } sch_tb_schedule;
 
-/* Streamed passes (scheme_stream.cu): a one-stage 2D scheme of up to
-   SST_FIELDS fields whose stencils fit 3 x 3, under wrap or constant,
-   carried through several steps in registers.  Each update's sum is
+/* Streamed passes: a one-stage scheme of up to SST_FIELDS fields under
+   wrap or constant, carried through several steps in registers; in 2D
+   (scheme_stream.cu) its stencils fit 3 x 3, in 3D (scheme_stream3.cu)
+   the 7-point star.  Each update's sum is
    regrouped per field read, plain or scaled by the update's one
    parameter field: its stencil terms (their taps apart, each weight
-   times its term's coefficient) as one 3 x 3 pattern, and its terms
+   times its term's coefficient) as one 3 x 3 (x 3) pattern, and its terms
    linear in that field at the point as up to SST_CENTRES coefficients of
    its centre, each multiplied on its own (summed weights would turn the
    reference's Inf - Inf = NaN into a finite weight times Inf); a number
@@ -142,9 +143,22 @@ typedef struct sch_tb_schedule {
 #define SST_FIELDS 2     /* fields of a streamed scheme */
 #define SST_POINTWISE 8  /* pointwise terms an update keeps */
 #define SST_CENTRES 3    /* centre coefficients a group keeps */
-enum { SST_NONE = 0, SST_CENTRE, SST_PLUS, SST_BOX, SST_MASK };
+/* the patterns: SST_PLUS and SST_BOX in 2D, SST_STAR3 (all 7 taps of
+   the 3D star) in 3D, SST_MASK any other set of taps */
+enum { SST_NONE = 0, SST_CENTRE, SST_PLUS, SST_BOX, SST_MASK, SST_STAR3 };
+/* a pattern's taps: bit 3 (dy + 1) + dx + 1 in 2D, 9 (dz + 1) + 3 (dy +
+   1) + dx + 1 in 3D (the 3D star: SST_TAP3_*) */
+#define SST_TAPS 27
+enum { SST_TAP3_ZM = 4, SST_TAP3_YM = 10, SST_TAP3_XM = 12,
+       SST_TAP3_CENTRE = 13, SST_TAP3_XP = 14, SST_TAP3_YP = 16,
+       SST_TAP3_ZP = 22 };
+#define SST_STAR3_MASK                                                        \
+    ((1u << SST_TAP3_ZM) | (1u << SST_TAP3_YM) | (1u << SST_TAP3_XM)         \
+     | (1u << SST_TAP3_CENTRE) | (1u << SST_TAP3_XP) | (1u << SST_TAP3_YP)   \
+     | (1u << SST_TAP3_ZP))
 
 typedef struct sch_stream_tables {
+    int ndim;                      /* 2 or 3 */
     int fields;                    /* K */
     int scaled;                    /* updates with a scaled sum: the
                                       kernel's fields 0 .. scaled - 1 */
@@ -153,10 +167,10 @@ typedef struct sch_stream_tables {
     int updated[SST_FIELDS];       /* kernel field i is written */
     int scale_param[SST_FIELDS];   /* the parameter of i's scaled sum */
     /* [update i][0 plain, 1 scaled][field f read]: the taps' pattern
-       (SST_*), their bits (row-major, dy then dx) and weights */
+       (SST_*), their bits and weights (indexed by bit) */
     int kind[SST_FIELDS][2][SST_FIELDS];
     unsigned mask[SST_FIELDS][2][SST_FIELDS];
-    double w[SST_FIELDS][2][SST_FIELDS][9];
+    double w[SST_FIELDS][2][SST_FIELDS][SST_TAPS];
     int ncentre[SST_FIELDS][2][SST_FIELDS];
     double centre[SST_FIELDS][2][SST_FIELDS][SST_CENTRES];
     double constant[SST_FIELDS];
@@ -197,6 +211,12 @@ sch_stream_signature(const sch_stream_tables *t);
 #define SST_SIG_PLUS_SOURCE (SST_SIG_PLUS | SST_CONSTANT(0))
 #define SST_SIG_PLUS_REACTING SST_GROUP(SST_PLUS, 2, 0)
 #define SST_SIG_BOX SST_GROUP(SST_BOX, 1, 0)
+/* 3D (scheme_stream3.cu): the leapfrog wave with the 7-point star, and
+   one field under the star (heat) */
+#define SST_SIG_WAVE3                                                        \
+    (SST_GROUP(SST_STAR3, 1, 0) | SST_GROUP(SST_NONE, 1, 1)                  \
+     | SST_GROUP(SST_NONE, 1, 4))
+#define SST_SIG_STAR3 SST_GROUP(SST_STAR3, 1, 0)
 
 /* The pointwise terms of tables t as one number, where every update has
    at most SST_PW_COMPILED of them: per update i (bits from 20 i) their
@@ -234,6 +254,29 @@ sch_stream_compiled(const sch_stream_tables *t);
    of its kernel instance hold that many levels). */
 int
 sch_stream_max_depth(const sch_stream_tables *t);
+
+/* 3D streamed passes (scheme_stream3.cu): a block streams a tile of
+   SST3_TILE_ROWS x SST3_TILE_COLS cells of a plane down the planes.
+   Fields go through shared planes (a pair a level, SST3_PLANE_BYTES
+   each; sch_stream3_shared's bits): in the instances with the patterns
+   compiled in those read with taps beside the centre or by a copy, in
+   the others every field.  sch_stream3_copy: the kernel field update i
+   copies unchanged (its sum is that field times 1 alone; a field no
+   update sets copies itself), -1 for a sum; the compiled instances
+   copy it from the shared planes, the others run it as a sum. */
+#define SST3_TILE_ROWS 32
+#define SST3_TILE_COLS 64
+#define SST3_MIN_EXTENT 8
+#define SST3_PLANE_BYTES ((SST3_TILE_ROWS + 2) * SST3_TILE_COLS * 8)
+unsigned
+sch_stream3_shared(const sch_stream_tables *t);
+
+int
+sch_stream3_copy(const sch_stream_tables *t, int i);
+
+/* The shared memory a 3D streamed pass of tables t takes at `depth`. */
+size_t
+sch_stream3_smem_bytes(const sch_stream_tables *t, int depth);
 
 /* The tables of a streamed pass of scheme s under `mode`; 0 when the
    scheme is not one streamed passes take. */

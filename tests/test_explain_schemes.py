@@ -96,11 +96,17 @@ def test_gpu_plan_keeps_one_step_passes_where_blocking_does_not_pay():
                    backend="cuda")
     assert e.path == "scheme" and e.fused_depth == 1
     assert e.unfused_steps == 48
-    e3 = cs.explain((128, 128, 128), wave(3), steps=10, backend="cuda")
-    assert e3.path == "scheme"  # blocked and streamed passes are 2D only
+    # nearest: neither blocked passes (2D only) nor streamed ones (wrap
+    # or constant) take it in 3D
+    e3 = cs.explain((128, 128, 128), wave(3), steps=10, mode="nearest",
+                    backend="cuda")
+    assert e3.path == "scheme"
     for other in ("scheme-blocked", "scheme-streamed"):
         alt = next(a for a in e3.alternatives if a["path"] == other)
         assert not alt["runs"] and "2D" in alt["reason"]
+    # constant: the 3D streamed passes
+    e3 = cs.explain((128, 128, 128), wave(3), steps=10, backend="cuda")
+    assert e3.path == "scheme-streamed" and e3.fused_depth >= 2
 
 
 def test_the_setting_that_forces_passes_is_honoured(monkeypatch):

@@ -358,6 +358,116 @@ def test_streamed_passes_against_the_reference(rng, monkeypatch, name, mode):
                 np.testing.assert_array_equal(g.get(), h)
 
 
+# 3D streamed passes (csrc/cuda/scheme_stream3.cu): one-stage 3D schemes
+# of one or two fields, stencils within the 7-point star, wrap or
+# constant.  The leapfrog wave and a field under the star run kernels with
+# their patterns compiled in (6 levels); the others read them at run time.
+def plain_wave3():
+    u, up = cs.fields("u up")
+    return cs.Scheme({u: 2 * u - up + 0.1 * cs.laplacian(3)(u), up: u})
+
+
+def heat3():
+    h = cs.fields("h")
+    return cs.Scheme({h: h + 0.1 * cs.laplacian(3)(h)})
+
+
+def heat3_sources():
+    # a conductivity field times the Laplacian, a source field, a constant,
+    # a central difference along z and a one-sided one along x (taps of no
+    # pattern), a cube
+    h = cs.fields("h")
+    k, s = cs.param("k"), cs.param("s")
+    dz = cs.Stencil(weights=np.array([-0.5, 0.0, 0.5]).reshape(3, 1, 1))
+    dx = cs.Stencil(weights=np.array([-1.0, 1.0, 0.0]).reshape(1, 1, 3))
+    return cs.Scheme({h: h + k * cs.laplacian(3)(h) - 0.05 * dz(h)
+                      + 0.03 * dx(h) + s + 0.01 - 0.02 * h ** 3})
+
+
+def kept_field3():
+    # a field no update sets, read at the point and through a y difference
+    h, g = cs.fields("h g")
+    dy = cs.Stencil(weights=np.array([-0.5, 0.0, 0.5]).reshape(1, 3, 1))
+    return cs.Scheme({h: h + 0.1 * cs.laplacian(3)(h) + 0.2 * dy(g)
+                      - 0.1 * g * h})
+
+
+STREAM3_SCHEMES = {
+    "wave": (plain_wave3, (), 6),
+    "heat": (heat3, (), 6),
+    "heat-sources": (heat3_sources, ("k", "s"), 4),
+    "gray-scott": (lambda: gray_scott(3), (), 3),
+    "wave-velocity": (lambda: wave(3), ("c2",), 2),
+    "kept-field": (kept_field3, (), 3),
+}
+
+
+@pytest.mark.parametrize("mode", ["wrap", "constant"])
+@pytest.mark.parametrize("name", sorted(STREAM3_SCHEMES))
+def test_streamed_3d_passes_against_the_reference(rng, monkeypatch, name,
+                                                  mode):
+    # forced depths (a last pass shallower), one tile and several, odd
+    # extents, a segment split of the planes, non-finite values
+    make, pnames, top = STREAM3_SCHEMES[name]
+    scheme = make()
+    cases = [((8, 8, 8), 3, None), ((11, 23, 41), 7, None),
+             ((13, 34, 61), 5, "3")]
+    for depth in sorted({1, top}):
+        monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "stream%d" % depth)
+        for shape, steps, segments in cases:
+            if segments is None:
+                monkeypatch.delenv("CONVSTENCIL_SCHEME_SEGMENTS",
+                                   raising=False)
+            else:
+                monkeypatch.setenv("CONVSTENCIL_SCHEME_SEGMENTS", segments)
+            hosts = tuple(rng.uniform(0.0, 1.0, shape)
+                          for _ in scheme.fields)
+            if shape == (11, 23, 41):
+                hosts[0][0, 0, 0] = np.nan
+                hosts[0][5, 11, 20] = np.inf
+                hosts[-1][10, 22, 40] = -np.inf
+            params = {p: rng.uniform(0.0, 0.15, shape) for p in pnames}
+            grids = tuple(device_array(h) for h in hosts)
+            out = cs.apply(grids, scheme, steps=steps, mode=mode, cval=0.4,
+                           params={p: device_array(v)
+                                   for p, v in params.items()})
+            info = cs.last_run_info()
+            what = dict(scheme=name, mode=mode, depth=depth, shape=shape)
+            assert info["path"] == "scheme-streamed", what
+            assert info["fused_depth"] == min(depth, top), what
+            want = reference.scheme_apply(hosts, scheme, steps, params,
+                                          mode=mode, cval=0.4)
+            for k, (o, w) in enumerate(zip(out, want)):
+                got = host_of(o)
+                np.testing.assert_array_equal(np.isnan(got), np.isnan(w),
+                                              err_msg=repr(what))
+                inf = np.isinf(w)
+                np.testing.assert_array_equal(got[inf], w[inf],
+                                              err_msg=repr(what))
+                fin = np.isfinite(w)
+                assert_close(got[fin], w[fin], dict(what, field=k))
+            for g, h in zip(grids, hosts):
+                np.testing.assert_array_equal(g.get(), h)
+
+
+def test_streamed_3d_passes_do_not_take(rng, monkeypatch):
+    # taps off the star, other modes, grids under 8 planes: the one-step
+    # passes run, forced or not
+    monkeypatch.setenv("CONVSTENCIL_SCHEME_BLOCK", "stream4")
+    u, up = cs.fields("u up")
+    box = cs.Scheme({u: 2 * u - up + 0.01 * cs.Stencil("box3d27p")(u),
+                     up: u})
+    for scheme, mode, shape in [(box, "wrap", (9, 9, 9)),
+                                (plain_wave3(), "nearest", (9, 9, 9)),
+                                (plain_wave3(), "wrap", (7, 12, 12))]:
+        hosts = tuple(rng.uniform(0.0, 1.0, shape) for _ in scheme.fields)
+        out = cs.apply(tuple(device_array(h) for h in hosts), scheme,
+                       steps=3, mode=mode)
+        assert cs.last_run_info()["path"] != "scheme-streamed", scheme
+        check(out, reference.scheme_apply(hosts, scheme, 3, mode=mode),
+              str(scheme))
+
+
 @pytest.mark.parametrize("outs", ["in place", "swapped", "fresh"])
 def test_streamed_passes_out(rng, outs):
     # the engine's own choice (streamed, 6 steps a pass) with outs that

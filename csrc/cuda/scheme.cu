@@ -4,7 +4,7 @@
  *
  * The planner (csrc/scheme_plan.c, sch_choose_passes) picks one of three
  * kinds of passes: streamed passes of several steps in registers
- * (scheme_stream.cu), blocked passes of several steps in shared memory
+ * (scheme_stream.cu in 2D, scheme_stream3.cu in 3D), blocked passes of several steps in shared memory
  * (scheme_tb.cu), both driven by run_blocked below, or the one-step
  * passes this file holds, described next.
  *
@@ -856,7 +856,8 @@ run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
                       "cudaEventRecord (scheme start)");
     }
     const sch_tb_call call = {run->plans, s->stage_count, K, s->param_count,
-                              params, {shape[1], shape[2]}, mode, cval};
+                              params, {shape[1], shape[2]}, shape[0], mode,
+                              cval};
     for (int f = 0; f < K; f++) {
         cur[f] = (tb_place){-1, in[f]};
     }
@@ -879,9 +880,15 @@ run_blocked(cs_cuda_ctx *ctx, sch_run *run, const cs_scheme *s,
         }
         const long left = steps - i * depth;
         const int n = (int)(left < depth ? left : depth);
-        CS_TRY(streamed ? sch_stream_pass(ctx, &call, &plan->stream, src_ptr,
-                                          dst_ptr, n)
-                        : sch_tb_pass(ctx, &call, sc, src_ptr, dst_ptr, n));
+        if (!streamed) {
+            CS_TRY(sch_tb_pass(ctx, &call, sc, src_ptr, dst_ptr, n));
+        } else if (plan->stream.ndim == 3) {
+            CS_TRY(sch_stream3_pass(ctx, &call, &plan->stream, src_ptr,
+                                    dst_ptr, n));
+        } else {
+            CS_TRY(sch_stream_pass(ctx, &call, &plan->stream, src_ptr,
+                                   dst_ptr, n));
+        }
         for (int f = 0; f < K; f++) {
             cur[f] = (updated >> f) & 1u ? dst[f] : cur[f];
         }

@@ -1,6 +1,7 @@
 /*
- * scheme_stream.cuh -- streamed passes of a 2D scheme (scheme_stream.cu):
- * tb2d's streaming in registers (tb2d_kernel.cuh) carried over to the
+ * scheme_stream.cuh -- streamed passes of a scheme: in 2D
+ * (scheme_stream.cu) tb2d's streaming in registers (tb2d_kernel.cuh), in
+ * 3D (scheme_stream3.cu) tb3d's down the planes, carried over to the
  * fields of a scheme, for the schemes sch_stream_tables_make takes.
  */
 #pragma once
@@ -14,3 +15,10 @@ cs_status
 sch_stream_pass(cs_cuda_ctx *ctx, const sch_tb_call *call,
                 const sch_stream_tables *t, const double *const *src,
                 double *const *dst, int steps);
+
+/* The same for tables of a 3D scheme (t->ndim == 3): the grid at least
+   SST3_MIN_EXTENT planes, rows and columns. */
+cs_status
+sch_stream3_pass(cs_cuda_ctx *ctx, const sch_tb_call *call,
+                 const sch_stream_tables *t, const double *const *src,
+                 double *const *dst, int steps);

@@ -24,6 +24,7 @@ typedef struct sch_tb_call {
     int nparams;
     const double *const *params;
     ptrdiff_t n[2]; /* rows, columns */
+    ptrdiff_t planes; /* 1 in 2D */
     cs_mode mode;
     double cval;
 } sch_tb_call;

@@ -520,9 +520,11 @@ def _explain_scheme_gpu(shape, scheme, mode, steps, rates, transfers,
                      "reason": "streamed passes are built for sm_90 only; "
                                "this device runs the sm_%d kernels"
                                % image_arch if image_arch < 90 else
-                               "streamed passes take one-stage 2D schemes "
-                               "of up to 2 fields, stencils within 3 x 3, "
-                               "wrap or constant, grids of 16 x 16 or more",
+                               "streamed passes take one-stage 2D or 3D "
+                               "schemes of up to 2 fields, stencils within "
+                               "3 x 3 (3D: the 7-point star), wrap or "
+                               "constant, grids of 16 x 16 (3D: 8 x 8 x 8) "
+                               "or more",
                      "predicted_seconds": None, "bound": None,
                      "chosen": False})
     if plan["blocked_seconds"]:
