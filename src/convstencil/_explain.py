@@ -457,7 +457,7 @@ def _explain_scheme(grid_or_shape, scheme, steps, mode, backend, rates):
                                      stages)
     else:
         fields = _explain_scheme_cpu(shape, steps, rates, nbytes, flops,
-                                     npts)
+                                     npts, k, p)
     fields.update(mode=mode, stencil="scheme of %s (%d stage%s)" % (
         ", ".join(f.name for f in scheme.fields), stages,
         "" if stages == 1 else "s"))
@@ -552,16 +552,22 @@ def _explain_scheme_gpu(shape, scheme, mode, steps, rates, transfers,
     return fields
 
 
-def _explain_scheme_cpu(shape, steps, rates, nbytes, flops, npts):
+def _explain_scheme_cpu(shape, steps, rates, nbytes, flops, npts, k, p):
     rates = _model.cpu_rates(rates)
     share = 1.0 + (rates["threads"] - 1) * rates["thread_gain"]
-    memory = (npts * steps * nbytes / rates["bandwidth"]
+    memory = (npts * steps * nbytes / rates["scheme_bandwidth"]
               * rates["memory_scale"])
     # a multiply-add of a stencil term at the stencil engine's rate
     compute = (npts * steps * flops / 2.0 * rates["tap_seconds"]
                * rates["compute_scale"] / share)
-    seconds = max(memory, compute) + (rates["call_seconds"]
-                                      * rates["compute_scale"])
+    # the call's fields in and out, its parameter fields in, a step's
+    # team start and end
+    call = (npts * (k * rates["scheme_field_seconds"]
+                    + p * rates["scheme_param_seconds"])
+            * rates["memory_scale"]
+            + steps * rates["scheme_step_seconds"] * rates["compute_scale"])
+    seconds = (max(memory, compute) + call
+               + rates["call_seconds"] * rates["compute_scale"])
     bound = "memory" if memory >= compute else "FP64 units"
     row = _model.Pass("step", "scheme", steps, 1, nbytes, flops, flops,
                       "FP64 units", seconds / max(steps, 1), bound)
@@ -573,10 +579,11 @@ def _explain_scheme_cpu(shape, steps, rates, nbytes, flops, npts):
                   device_assumed=False, pass_kind="scheme", band=None,
                   transfer_seconds=None)
     fields["notes"].append("the CPU scheme engine's time is modelled as "
-                           "its bytes at the blocked passes' copy rate or "
-                           "its multiply-adds at the stencil engine's "
-                           "rate, whichever is longer, on every core; "
-                           "not checked against runs")
+                           "its bytes at the scheme engine's rate or its "
+                           "multiply-adds at the stencil engine's rate, "
+                           "whichever is longer, plus the call's fields "
+                           "in and out; fitted on 2 cores "
+                           "(benchmarks/bench_explain_schemes_cpu.py)")
     return fields
 
 

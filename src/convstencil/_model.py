@@ -581,6 +581,18 @@ CPU_STORED = {
     # the first touch of a fresh result (apply() allocates one; the C
     # allocator maps one of 32 MiB or more afresh each call), per byte
     "fresh_seconds_per_byte": 1.0e-10,
+    # the scheme engine (csrc/cpu/scheme_cpu.c), with its team: a step's
+    # bytes at scheme_bandwidth plus scheme_step_seconds; a call's fields
+    # taken in and handed back (scheme_field_seconds a point and field)
+    # and parameter fields read in (scheme_param_seconds a point and
+    # field).  Fitted to bench_explain_schemes_cpu.py on 2 cores
+    # (cpu2_explain_schemes_before.md: the wave in 2D and 3D, with a
+    # velocity field, Gray-Scott, heat with a source; 1, 10 and 100
+    # steps on 256^2, 2048^2, 64^3 and 128^3)
+    "scheme_bandwidth": 2.1e10,
+    "scheme_step_seconds": 1.0e-5,
+    "scheme_field_seconds": 7.0e-9,
+    "scheme_param_seconds": 2.0e-9,
 }
 # Where the C allocator gives fresh pages every call (glibc's largest
 # mmap threshold)
