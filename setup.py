@@ -200,7 +200,8 @@ class BuildExtWithCuda(build_ext):
 # other file above 6 s).  Started first, they do not end the build on one
 # core while the others idle (tb3d, last in name order, did).  The
 # streamed scheme passes compile for sm_90 only (their sm_80 images
-# trap): scheme_stream3 123 s there, ahead of the rest.
+# trap): scheme_stream3 134 s there (nvcc_scheme_stream3_ptxas.txt),
+# ahead of the rest.
 _SLOW_CUDA = ("scheme_stream3.cu", "tb2d_3x3_deep.cu", "tb3d.cu",
               "tb2d_rank1.cu", "tb2d_plus.cu", "tb2d_3x3.cu",
               "scheme_stream.cu", "tb2d_rank1_wide.cu", "tb2d_box_wide.cu")

@@ -413,7 +413,7 @@ sch_stream_compiled(const sch_stream_tables *t)
     if (t->ndim == 3) { /* scheme_stream3.cu's dispatch */
         return !t->pointwise && !t->scaled
                && ((t->fields == 2 && sig == SST_SIG_WAVE3
-                    && sch_stream3_copy(t, 1) == 0)
+                    && t->copy[1] == 0)
                    || (t->fields == 1 && sig == SST_SIG_STAR3));
     }
     if (t->pointwise) {
@@ -476,7 +476,7 @@ sch_stream3_shared(const sch_stream_tables *t)
     unsigned shared = 0;
     const unsigned centre = 1u << SST_TAP3_CENTRE;
     for (int i = 0; i < t->fields; i++) {
-        const int copied = sch_stream3_copy(t, i);
+        const int copied = t->copy[i];
         if (copied >= 0) {
             shared |= 1u << copied;
             continue;
@@ -497,32 +497,6 @@ sch_stream3_shared(const sch_stream_tables *t)
         }
     }
     return shared;
-}
-
-int
-sch_stream3_copy(const sch_stream_tables *t, int i)
-{
-    int copied = -1;
-    if (t->constant[i] != 0.0 || t->npw[i] != 0 || i < t->scaled) {
-        return -1;
-    }
-    for (int c = 0; c < 2; c++) {
-        for (int f = 0; f < t->fields; f++) {
-            if (t->mask[i][c][f] != 0) {
-                return -1;
-            }
-            const int n = t->ncentre[i][c][f];
-            if (n == 0) {
-                continue;
-            }
-            if (c != 0 || n != 1 || t->centre[i][0][f][0] != 1.0
-                || copied >= 0) {
-                return -1;
-            }
-            copied = f;
-        }
-    }
-    return copied;
 }
 
 size_t
@@ -574,6 +548,8 @@ sch_stream_tables_make(const cs_scheme *s, cs_mode mode,
         t->order[i] = f;
         t->updated[i] = upd[f] != NULL;
         t->scale_param[i] = scale[f];
+        const int source = upd[f] != NULL ? rename_source(s, upd[f]) : f;
+        t->copy[i] = source >= 0 ? pos[source] : -1;
         for (int m = 0; m < SST_POINTWISE; m++) {
             t->pw_param[i][m] = -1;
         }

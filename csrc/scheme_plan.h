@@ -166,6 +166,9 @@ typedef struct sch_stream_tables {
     int order[SST_FIELDS];         /* kernel field i is field order[i] */
     int updated[SST_FIELDS];       /* kernel field i is written */
     int scale_param[SST_FIELDS];   /* the parameter of i's scaled sum */
+    int copy[SST_FIELDS];          /* the kernel field update i copies
+                                      unchanged (a rename; a field no
+                                      update sets: itself), -1: a sum */
     /* [update i][0 plain, 1 scaled][field f read]: the taps' pattern
        (SST_*), their bits and weights (indexed by bit) */
     int kind[SST_FIELDS][2][SST_FIELDS];
@@ -260,19 +263,15 @@ sch_stream_max_depth(const sch_stream_tables *t);
    Fields go through shared planes (a pair a level, SST3_PLANE_BYTES
    each; sch_stream3_shared's bits): in the instances with the patterns
    compiled in those read with taps beside the centre or by a copy, in
-   the others every field.  sch_stream3_copy: the kernel field update i
-   copies unchanged (its sum is that field times 1 alone; a field no
-   update sets copies itself), -1 for a sum; the compiled instances
-   copy it from the shared planes, the others run it as a sum. */
+   the others every field.  A copy (sch_stream_tables' copy) the
+   compiled instances take from the shared planes; the others run it as
+   the sum it also is in the tables. */
 #define SST3_TILE_ROWS 32
 #define SST3_TILE_COLS 64
 #define SST3_MIN_EXTENT 8
 #define SST3_PLANE_BYTES ((SST3_TILE_ROWS + 2) * SST3_TILE_COLS * 8)
 unsigned
 sch_stream3_shared(const sch_stream_tables *t);
-
-int
-sch_stream3_copy(const sch_stream_tables *t, int i);
 
 /* The shared memory a 3D streamed pass of tables t takes at `depth`. */
 size_t

@@ -56,6 +56,19 @@ def check(out, ref, what):
         assert_close(host_of(o), r, dict(field=i, case=what))
 
 
+def check_placed(out, ref, what):
+    """check(), where ref may hold NaN and infinities: each lands where
+    the reference puts it, the finite values close."""
+    for k, (o, w) in enumerate(zip(out, ref)):
+        got = host_of(o)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(w),
+                                      err_msg=repr(what))
+        inf = np.isinf(w)
+        np.testing.assert_array_equal(got[inf], w[inf], err_msg=repr(what))
+        fin = np.isfinite(w)
+        assert_close(got[fin], w[fin], dict(what, field=k))
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 def test_device_arrays_every_mode(rng, ndim, mode):
@@ -345,15 +358,7 @@ def test_streamed_passes_against_the_reference(rng, monkeypatch, name, mode):
             assert info["fused_passes"] == -(-steps // min(depth, top))
             want = reference.scheme_apply(hosts, scheme, steps, params,
                                           mode=mode, cval=0.4)
-            for k, (o, w) in enumerate(zip(out, want)):
-                got = host_of(o)
-                np.testing.assert_array_equal(np.isnan(got), np.isnan(w),
-                                              err_msg=repr(what))
-                inf = np.isinf(w)
-                np.testing.assert_array_equal(got[inf], w[inf],
-                                              err_msg=repr(what))
-                fin = np.isfinite(w)
-                assert_close(got[fin], w[fin], dict(what, field=k))
+            check_placed(out, want, what)
             for g, h in zip(grids, hosts):
                 np.testing.assert_array_equal(g.get(), h)
 
@@ -437,15 +442,7 @@ def test_streamed_3d_passes_against_the_reference(rng, monkeypatch, name,
             assert info["fused_depth"] == min(depth, top), what
             want = reference.scheme_apply(hosts, scheme, steps, params,
                                           mode=mode, cval=0.4)
-            for k, (o, w) in enumerate(zip(out, want)):
-                got = host_of(o)
-                np.testing.assert_array_equal(np.isnan(got), np.isnan(w),
-                                              err_msg=repr(what))
-                inf = np.isinf(w)
-                np.testing.assert_array_equal(got[inf], w[inf],
-                                              err_msg=repr(what))
-                fin = np.isfinite(w)
-                assert_close(got[fin], w[fin], dict(what, field=k))
+            check_placed(out, want, what)
             for g, h in zip(grids, hosts):
                 np.testing.assert_array_equal(g.get(), h)
 

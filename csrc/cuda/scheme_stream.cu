@@ -240,28 +240,6 @@ push(int kind, unsigned mask, const double *w, int centres, const double *cw,
     }
 }
 
-/* The pattern of group (i, c, f): from the instance's signature SIG
-   (sch_stream_signature's; 0: read from the tables at run time).  Known while
-   compiling, the push of every group is specialised, and the shuffles of
-   a field only its centre reads go (tb2d's kernels are specialised so by
-   their template arguments). */
-template <int K, unsigned long long SIG>
-static __device__ __forceinline__ int
-group_kind(const sst_params &p, int i, int c, int f)
-{
-    return SIG != 0 ? (int)((SIG >> (5 * ((i * 2 + c) * K + f))) & 7u)
-                    : p.t.kind[i][c][f];
-}
-
-/* Its centre coefficients' count, the same way. */
-template <int K, unsigned long long SIG>
-static __device__ __forceinline__ int
-group_centres(const sst_params &p, int i, int c, int f)
-{
-    return SIG != 0 ? (int)((SIG >> (5 * ((i * 2 + c) * K + f) + 3)) & 3u)
-                    : p.t.ncentre[i][c][f];
-}
-
 /* Whether every group reading field f takes its centre alone (known
    only from SIG). */
 template <int K, unsigned long long SIG>
@@ -389,8 +367,8 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
         }
 #pragma unroll
         for (int f = 0; f < K; f++) {
-            push(group_kind<K, SIG>(p, i, 0, f), p.t.mask[i][0][f],
-                 p.t.w[i][0][f], group_centres<K, SIG>(p, i, 0, f),
+            push(sst_group_kind<K, SIG>(p.t, i, 0, f), p.t.mask[i][0][f],
+                 p.t.w[i][0][f], sst_group_centres<K, SIG>(p.t, i, 0, f),
                  p.t.centre[i][0][f], e[f], out[i], L.plain[i][0],
                  L.plain[i][1]);
         }
@@ -407,8 +385,8 @@ level_step(const sst_params &p, const sst_strip &s, sst_level<K, KP, PW> &L,
         }
 #pragma unroll
         for (int f = 0; f < K; f++) {
-            push(group_kind<K, SIG>(p, i, 1, f), p.t.mask[i][1][f],
-                 p.t.w[i][1][f], group_centres<K, SIG>(p, i, 1, f),
+            push(sst_group_kind<K, SIG>(p.t, i, 1, f), p.t.mask[i][1][f],
+                 p.t.w[i][1][f], sst_group_centres<K, SIG>(p.t, i, 1, f),
                  p.t.centre[i][1][f], e[f], sum, L.scaled[i][0],
                  L.scaled[i][1]);
         }

@@ -7,6 +7,26 @@
 #pragma once
 #include "scheme_tb.cuh"
 
+/* The pattern of group (i, c, f) of tables t: from a kernel instance's
+   signature SIG (sch_stream_signature's; 0: read from the tables at run
+   time).  Known while compiling, each group's taps are specialised. */
+template <int K, unsigned long long SIG>
+static __device__ __forceinline__ int
+sst_group_kind(const sch_stream_tables &t, int i, int c, int f)
+{
+    return SIG != 0 ? (int)((SIG >> (5 * ((i * 2 + c) * K + f))) & 7u)
+                    : t.kind[i][c][f];
+}
+
+/* Its centre coefficients' count, the same way. */
+template <int K, unsigned long long SIG>
+static __device__ __forceinline__ int
+sst_group_centres(const sch_stream_tables &t, int i, int c, int f)
+{
+    return SIG != 0 ? (int)((SIG >> (5 * ((i * 2 + c) * K + f) + 3)) & 3u)
+                    : t.ncentre[i][c][f];
+}
+
 /* One pass of `steps` steps (1 .. sch_stream_max_depth(t)): fields from
    src[f], updated fields to dst[f] (NULL: a field no update sets, not
    written); every dst apart from every src; the grid at least

@@ -76,7 +76,6 @@ typedef struct ss3_params {
     ptrdiff_t nz, ny, nx;
     ptrdiff_t tiles_x, tiles_y, seg_planes;
     int depth;                 /* steps of this pass */
-    int nshared;               /* fields through shared planes */
     cs_mode mode;
     double cval;
     sch_stream_tables t;
@@ -104,28 +103,12 @@ struct ss3_level {
 /* ---- what the instance knows while compiling (SIG, CP, SH), or reads
    from the tables ---- */
 
-template <int K, unsigned long long SIG>
-static __device__ __forceinline__ int
-kind_of(const ss3_params &p, int i, int c, int f)
-{
-    return SIG != 0 ? (int)((SIG >> (5 * ((i * 2 + c) * K + f))) & 7u)
-                    : p.t.kind[i][c][f];
-}
-
-template <int K, unsigned long long SIG>
-static __device__ __forceinline__ int
-centres_of(const ss3_params &p, int i, int c, int f)
-{
-    return SIG != 0 ? (int)((SIG >> (5 * ((i * 2 + c) * K + f) + 3)) & 3u)
-                    : p.t.ncentre[i][c][f];
-}
-
 /* Whether group (i, c, f) has tap `bit`. */
 template <int K, unsigned long long SIG>
 static __device__ __forceinline__ bool
 has_tap(const ss3_params &p, int i, int c, int f, int bit)
 {
-    const int kind = kind_of<K, SIG>(p, i, c, f);
+    const int kind = sst_group_kind<K, SIG>(p.t, i, c, f);
     return kind == SST_STAR3    ? true
            : kind == SST_NONE   ? false
            : kind == SST_CENTRE ? bit == SST_TAP3_CENTRE
@@ -175,6 +158,18 @@ slot_of(int f)
         below += (int)((SH >> g) & 1u);
     }
     return (SH >> f) & 1u ? below : -1;
+}
+
+/* The fields through shared planes. */
+template <unsigned SH>
+static __host__ __device__ __forceinline__ constexpr int
+shared_fields()
+{
+    int n = 0;
+    for (int f = 0; f < SST_FIELDS; f++) {
+        n += (int)((SH >> f) & 1u);
+    }
+    return n;
 }
 
 /* ---- memory ---- */
@@ -262,7 +257,7 @@ push(const ss3_params &p, int i, int c, int f, const ss3_cells_of &a,
      const double (&e)[S3_CY][S3_V + 2], const ss3_cells_of &last,
      ss3_cells_of &q)
 {
-    const int centres = centres_of<K, SIG>(p, i, c, f);
+    const int centres = sst_group_centres<K, SIG>(p.t, i, c, f);
 #pragma unroll
     for (int y = 0; y < S3_CY; y++) {
 #pragma unroll
@@ -361,6 +356,30 @@ copy_out(int i, const ss3_cells_of (&last)[K], ss3_cells_of &o)
     }
 }
 
+/* Part c (0 plain, 1 scaled) of update i at the completed plane: its
+   partial plane q, taken (q starts the arriving plane's), plus the +z
+   taps on the arriving plane a, into o. */
+template <int K, unsigned long long SIG>
+static __device__ __forceinline__ void
+part_out(const ss3_params &p, int i, int c, const ss3_cells_of (&a)[K],
+         const double (&e)[K][S3_CY][S3_V + 2],
+         const ss3_cells_of (&last)[K], ss3_cells_of &q, ss3_cells_of &o)
+{
+#pragma unroll
+    for (int y = 0; y < S3_CY; y++) {
+#pragma unroll
+        for (int j = 0; j < S3_V; j++) {
+            o[y][j] = q[y][j];
+            q[y][j] = 0.0;
+        }
+    }
+#pragma unroll
+    for (int f = 0; f < K; f++) {
+        push_up<K, SIG>(p, i, c, f, a[f], o);
+        push<K, SIG>(p, i, c, f, a[f], e[f], last[f], q);
+    }
+}
+
 /* Update i's sum at plane `done` (its partial plane, the +z taps on the
    arriving plane a, the scaled sum, the constant, the pointwise terms)
    into o; its partial planes start plane done + 1. */
@@ -371,34 +390,10 @@ sum_out(const ss3_params &p, const ss3_cells &cl, ss3_level<K, KP> &L,
         const double (&e)[K][S3_CY][S3_V + 2],
         const ss3_cells_of (&last)[K], ptrdiff_t done, ss3_cells_of &o)
 {
-#pragma unroll
-    for (int y = 0; y < S3_CY; y++) {
-#pragma unroll
-        for (int j = 0; j < S3_V; j++) {
-            o[y][j] = L.P[i][y][j];
-            L.P[i][y][j] = 0.0;
-        }
-    }
-#pragma unroll
-    for (int f = 0; f < K; f++) {
-        push_up<K, SIG>(p, i, 0, f, a[f], o);
-        push<K, SIG>(p, i, 0, f, a[f], e[f], last[f], L.P[i]);
-    }
+    part_out<K, SIG>(p, i, 0, a, e, last, L.P[i], o);
     if (i < KP) {
         ss3_cells_of sum, c;
-#pragma unroll
-        for (int y = 0; y < S3_CY; y++) {
-#pragma unroll
-            for (int j = 0; j < S3_V; j++) {
-                sum[y][j] = L.S[i][y][j];
-                L.S[i][y][j] = 0.0;
-            }
-        }
-#pragma unroll
-        for (int f = 0; f < K; f++) {
-            push_up<K, SIG>(p, i, 1, f, a[f], sum);
-            push<K, SIG>(p, i, 1, f, a[f], e[f], last[f], L.S[i]);
-        }
+        part_out<K, SIG>(p, i, 1, a, e, last, L.S[i], sum);
         param_plane<GEN>(p, cl, p.spar[i], done, c);
 #pragma unroll
         for (int y = 0; y < S3_CY; y++) {
@@ -612,7 +607,7 @@ stream_plane(const ss3_params &p, const ss3_cells &cl,
              ss3_stream<K, KP, TMAX> &st, ptrdiff_t r, ptrdiff_t last,
              ptrdiff_t z0, ptrdiff_t z1, double *smem)
 {
-    const int level_doubles = p.nshared * S3_PLANE;
+    const int level_doubles = shared_fields<SH>() * S3_PLANE;
     {
         ss3_cells_of a[K];
 #pragma unroll
@@ -664,7 +659,7 @@ static __device__ __forceinline__ void
 ss3_body(const ss3_params &p)
 {
     extern __shared__ double smem[];
-    const int shared_doubles = 2 * p.depth * p.nshared * S3_PLANE;
+    const int shared_doubles = 2 * p.depth * shared_fields<SH>() * S3_PLANE;
     for (int i = threadIdx.x; i < shared_doubles; i += S3_THREADS) {
         smem[i] = 0.0; /* the border rows: read by the margin, never
                           stored */
@@ -778,11 +773,15 @@ launch(cs_cuda_ctx *ctx, ss3_params *p)
 {
     const auto kernel = ss3_kernel<K, KP, PW, TMAX, SIG, CP, SH>;
     const size_t smem = sch_stream3_smem_bytes(&p->t, p->depth);
-    if (p->depth > TMAX || smem > (size_t)ctx->smem_optin) {
+    if (p->depth > TMAX || smem > (size_t)ctx->smem_optin
+        || smem != 2 * (size_t)p->depth * shared_fields<SH>()
+                        * SST3_PLANE_BYTES) {
         cs_cuda_message(ctx, "scheme stream 3D: %d steps a pass in %zu "
                              "bytes of shared memory, the kernel holds %d "
-                             "and the device %d (an engine error)",
-                        p->depth, smem, TMAX, ctx->smem_optin);
+                             "levels of %d shared planes and the device %d "
+                             "bytes (an engine error)",
+                        p->depth, smem, TMAX, shared_fields<SH>(),
+                        ctx->smem_optin);
         return CS_ERR_INVALID;
     }
     CS_TRY(cs_cuda_allow_smem(ctx, kernel, smem, "scheme stream 3D kernel"));
@@ -860,7 +859,6 @@ sch_stream3_pass(cs_cuda_ctx *ctx, const sch_tb_call *call,
         p->src[i] = src[t->order[i]];
         p->dst[i] = t->updated[i] ? dst[t->order[i]] : NULL;
     }
-    p->nshared = __builtin_popcount(sch_stream3_shared(t));
     for (int q = 0; q < call->nparams; q++) {
         p->par[q] = call->params[q];
     }
