@@ -1059,6 +1059,8 @@ cuda_stream_synchronize(PyObject *self, PyObject *args)
 static PyMethodDef core_methods[] = {
     {"run", run, METH_VARARGS, run_doc},
     {"run_scheme", cs_py_run_scheme, METH_VARARGS, cs_py_run_scheme_doc},
+    {"plan_scheme_cpu", cs_py_plan_scheme_cpu, METH_VARARGS,
+     cs_py_plan_scheme_cpu_doc},
     {"run_device", run_device, METH_VARARGS, run_device_doc},
     {"run_scheme_device", cs_py_run_scheme_device, METH_VARARGS,
      cs_py_run_scheme_device_doc},

@@ -13,6 +13,7 @@
  * GIL.  One exit path.
  */
 #include "scheme_device_glue.h"
+#include "scheme_tables_glue.h"
 
 #include "core_glue.h"
 #include "scheme.h"
@@ -50,72 +51,6 @@ const char cs_py_run_scheme_device_doc[] =
     "and returns when done, any other queues the work there and returns.\n"
     "interruptible and progress as in run().  Returns what the run did.";
 
-/* Columns of the terms table before the powers. */
-#define TERM_COLUMNS 4
-
-/* Whether the buffer holds items of struct code `code` and `itemsize`
-   bytes in native byte order. */
-static int
-format_is(const Py_buffer *v, char code, Py_ssize_t itemsize)
-{
-    const unsigned int one = 1;
-    const int little = *(const unsigned char *)&one == 1;
-    const char *f = v->format;
-    if (f == NULL || v->itemsize != itemsize) {
-        return 0;
-    }
-    if (*f == '@' || *f == '=' || (*f == '<' && little)
-        || ((*f == '>' || *f == '!') && !little)) {
-        f++;
-    }
-    return f[0] == code && f[1] == '\0';
-}
-
-/*
- * A C-contiguous view of `obj` (argument `name`, item i, or -1) into
- * *view: aligned items of struct code `code` ('d' float64, 'i' int32) and
- * `ndim` axes.  -1 with TypeError or ValueError otherwise; view->obj is
- * NULL unless a view was taken.
- */
-static int
-get_view(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t i,
-         char code, int ndim)
-{
-    char what[64];
-    if (i >= 0) {
-        PyOS_snprintf(what, sizeof(what), "%s[%zd]", name, i);
-    }
-    else {
-        PyOS_snprintf(what, sizeof(what), "%s", name);
-    }
-    const Py_ssize_t itemsize = code == 'd' ? 8 : 4;
-    const char *type = code == 'd' ? "float64" : "int32";
-    view->obj = NULL;
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
-        < 0) {
-        view->obj = NULL;
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "run_scheme_device: %s must be a "
-                     "C-contiguous %s host array, not %.200s", what, type,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if (!format_is(view, code, itemsize)
-        || (uintptr_t)view->buf % (uintptr_t)itemsize != 0) {
-        PyErr_Format(PyExc_TypeError, "run_scheme_device: %s must be an "
-                     "aligned %s array in native byte order, not format "
-                     "'%s'", what, type,
-                     view->format != NULL ? view->format : "?");
-        return -1;
-    }
-    if (view->ndim != ndim) {
-        PyErr_Format(PyExc_ValueError, "run_scheme_device: %s has %d axes, "
-                     "not %d", what, view->ndim, ndim);
-        return -1;
-    }
-    return 0;
-}
-
 /* Item i of tuple `t` (argument `name`) as a pointer (a positive int, or
    0 where `zero_ok`); -1 with TypeError or ValueError otherwise. */
 static int
@@ -140,249 +75,6 @@ get_pointer(PyObject *t, Py_ssize_t i, const char *name, int zero_ok,
     return 0;
 }
 
-/* The shape tuple (1 to 3 ints >= 0) as 3 extents with leading 1s;
-   its length, or -1 with an exception. */
-static int
-get_shape(PyObject *t, ptrdiff_t shape[3])
-{
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1
-        || PyTuple_GET_SIZE(t) > CS_MAX_NDIM) {
-        PyErr_SetString(PyExc_ValueError, "run_scheme_device: shape must "
-                        "be a tuple of 1 to 3 ints");
-        return -1;
-    }
-    const int ndim = (int)PyTuple_GET_SIZE(t);
-    for (int a = 0; a < 3; a++) {
-        shape[a] = 1;
-    }
-    for (int a = 0; a < ndim; a++) {
-        PyObject *item = PyTuple_GET_ITEM(t, a);
-        const Py_ssize_t v = PyLong_Check(item) ? PyLong_AsSsize_t(item)
-                                                : -1;
-        if (v < 0) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_ValueError, "run_scheme_device: shape "
-                            "must hold ints >= 0");
-            return -1;
-        }
-        shape[3 - ndim + a] = (ptrdiff_t)v;
-    }
-    return ndim;
-}
-
-/* The terms table's row i of a scheme of k fields; -1 with ValueError
-   for what cs_scheme_check does not see (a monomial's field and stencil,
-   a stencil term's powers). */
-static int
-read_term(const int *row, double coef, int k, Py_ssize_t i, cs_term *t)
-{
-    memset(t, 0, sizeof(*t));
-    if (row[0] != CS_TERM_STENCIL && row[0] != CS_TERM_MONOMIAL) {
-        PyErr_Format(PyExc_ValueError, "run_scheme_device: terms[%zd]: "
-                     "kind %d (0 stencil, 1 monomial)", i, row[0]);
-        return -1;
-    }
-    t->kind = (cs_term_kind)row[0];
-    t->coef = coef;
-    t->param = row[1];
-    t->field = row[2];
-    t->stencil = row[3];
-    if (t->kind == CS_TERM_MONOMIAL && (t->field != -1 || t->stencil != -1)) {
-        PyErr_Format(PyExc_ValueError, "run_scheme_device: terms[%zd]: a "
-                     "monomial's field and stencil are -1, not %d and %d",
-                     i, t->field, t->stencil);
-        return -1;
-    }
-    for (int f = 0; f < k; f++) {
-        const int p = row[TERM_COLUMNS + f];
-        const int most = t->kind == CS_TERM_MONOMIAL ? CS_SCHEME_MAX_POWER
-                                                     : 0;
-        if (p < 0 || p > most) {
-            PyErr_Format(PyExc_ValueError, "run_scheme_device: terms[%zd]: "
-                         "power %d of field %d (a %s term takes 0 to %d)",
-                         i, p, f, t->kind == CS_TERM_MONOMIAL ? "monomial"
-                                                              : "stencil",
-                         most);
-            return -1;
-        }
-        t->power[f] = (unsigned char)p;
-    }
-    return 0;
-}
-
-/* Stencil i's weights as a kernel: odd extents, finite weights; -1 with
-   an exception otherwise. */
-static int
-read_stencil(const Py_buffer *v, Py_ssize_t i, cs_kernel *k)
-{
-    ptrdiff_t size[CS_MAX_NDIM];
-    for (int a = 0; a < v->ndim; a++) {
-        size[a] = v->shape[a];
-        if (size[a] < 1 || size[a] % 2 == 0) {
-            PyErr_Format(PyExc_ValueError, "run_scheme_device: stencils[%zd]"
-                         " must have an odd extent on every axis", i);
-            return -1;
-        }
-    }
-    const double *w = v->buf;
-    for (Py_ssize_t q = 0; q < v->len / (Py_ssize_t)sizeof(double); q++) {
-        if (!isfinite(w[q])) {
-            PyErr_Format(PyExc_ValueError, "run_scheme_device: stencils[%zd]"
-                         " must be finite", i);
-            return -1;
-        }
-    }
-    if (cs_kernel_init(k, v->ndim, size, w) != CS_OK) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
-/* A scheme's tables as read from Python (release with
-   tables_release on every path). */
-typedef struct scheme_tables {
-    Py_buffer tab_v[4];  /* coefs, terms, updates, stages */
-    Py_buffer *st_v;     /* the stencils' views */
-    Py_ssize_t ns;
-    cs_kernel *kernels;
-    cs_term *terms;
-    cs_update *updates;
-    cs_stage *stages;
-    cs_scheme scheme;
-} scheme_tables;
-
-static void
-tables_init(scheme_tables *t)
-{
-    memset(t, 0, sizeof(*t));
-}
-
-static void
-tables_release(scheme_tables *t)
-{
-    for (Py_ssize_t i = 0; t->kernels != NULL && i < t->ns; i++) {
-        cs_kernel_free(&t->kernels[i]);
-    }
-    PyMem_Free(t->kernels);
-    PyMem_Free(t->terms);
-    PyMem_Free(t->updates);
-    PyMem_Free(t->stages);
-    for (Py_ssize_t i = 0; t->st_v != NULL && i < t->ns; i++) {
-        if (t->st_v[i].obj != NULL) {
-            PyBuffer_Release(&t->st_v[i]);
-        }
-    }
-    PyMem_Free(t->st_v);
-    for (int i = 0; i < 4; i++) {
-        if (t->tab_v[i].obj != NULL) {
-            PyBuffer_Release(&t->tab_v[i]);
-        }
-    }
-    tables_init(t);
-}
-
-/*
- * The stencils (a tuple of float64 weight arrays of `ndim` axes) and the
- * code tables of a scheme of k fields and np parameter fields, read and
- * checked (cs_scheme_check) into t->scheme; -1 with an exception set.
- * `fn` names the caller in messages.
- */
-static int
-read_tables(const char *fn, int ndim, Py_ssize_t k, Py_ssize_t np,
-            PyObject *stencils_obj, PyObject *coefs_obj, PyObject *terms_obj,
-            PyObject *updates_obj, PyObject *stages_obj, scheme_tables *t)
-{
-    const Py_ssize_t ns = PyTuple_GET_SIZE(stencils_obj);
-    if (k < 1 || k > CS_SCHEME_MAX_FIELDS || np < 0
-        || np > CS_SCHEME_MAX_PARAMS || ns > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd fields (1 to %d), %zd "
-                     "parameter fields (0 to %d)", fn, k,
-                     CS_SCHEME_MAX_FIELDS, np, CS_SCHEME_MAX_PARAMS);
-        return -1;
-    }
-    t->ns = ns;
-    t->st_v = PyMem_Calloc((size_t)(ns > 0 ? ns : 1), sizeof(Py_buffer));
-    t->kernels = PyMem_Calloc((size_t)(ns > 0 ? ns : 1), sizeof(cs_kernel));
-    if (t->st_v == NULL || t->kernels == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < ns; i++) {
-        if (get_view(PyTuple_GET_ITEM(stencils_obj, i), &t->st_v[i],
-                     "stencils", i, 'd', ndim) < 0
-            || read_stencil(&t->st_v[i], i, &t->kernels[i]) < 0) {
-            return -1;
-        }
-    }
-    static const char *const table_names[] = {"coefs", "terms", "updates",
-                                              "stages"};
-    PyObject *const table_objs[] = {coefs_obj, terms_obj, updates_obj,
-                                    stages_obj};
-    for (int i = 0; i < 4; i++) {
-        if (get_view(table_objs[i], &t->tab_v[i], table_names[i], -1,
-                     i == 0 ? 'd' : 'i', i == 0 ? 1 : 2) < 0) {
-            return -1;
-        }
-    }
-    const Py_buffer *tab_v = t->tab_v;
-    const Py_ssize_t nt = tab_v[1].shape[0];
-    const Py_ssize_t nu = tab_v[2].shape[0];
-    const Py_ssize_t ng = tab_v[3].shape[0];
-    if (tab_v[0].shape[0] != nt || tab_v[1].shape[1] != TERM_COLUMNS + k
-        || tab_v[2].shape[1] != 3 || tab_v[3].shape[1] != 2
-        || nt > INT32_MAX || nu > INT32_MAX || ng > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s: the tables' shapes must be "
-                     "coefs (T,), terms (T, %zd), updates (U, 3), stages "
-                     "(G, 2)", fn, TERM_COLUMNS + k);
-        return -1;
-    }
-    t->terms = PyMem_Calloc((size_t)(nt > 0 ? nt : 1), sizeof(cs_term));
-    t->updates = PyMem_Calloc((size_t)(nu > 0 ? nu : 1), sizeof(cs_update));
-    t->stages = PyMem_Calloc((size_t)(ng > 0 ? ng : 1), sizeof(cs_stage));
-    if (t->terms == NULL || t->updates == NULL || t->stages == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    const double *coefs = tab_v[0].buf;
-    const int *rows = tab_v[1].buf;
-    for (Py_ssize_t i = 0; i < nt; i++) {
-        if (read_term(rows + i * (TERM_COLUMNS + k), coefs[i], (int)k, i,
-                      &t->terms[i]) < 0) {
-            return -1;
-        }
-    }
-    rows = tab_v[2].buf;
-    for (Py_ssize_t i = 0; i < nu; i++) {
-        t->updates[i].target = rows[3 * i];
-        t->updates[i].first_term = rows[3 * i + 1];
-        t->updates[i].term_count = rows[3 * i + 2];
-    }
-    rows = tab_v[3].buf;
-    for (Py_ssize_t i = 0; i < ng; i++) {
-        t->stages[i].first_update = rows[2 * i];
-        t->stages[i].update_count = rows[2 * i + 1];
-    }
-    cs_scheme *scheme = &t->scheme;
-    scheme->ndim = ndim;
-    scheme->field_count = (int)k;
-    scheme->param_count = (int)np;
-    scheme->stencil_count = (int)ns;
-    scheme->stencils = t->kernels;
-    scheme->term_count = (int)nt;
-    scheme->terms = t->terms;
-    scheme->update_count = (int)nu;
-    scheme->updates = t->updates;
-    scheme->stage_count = (int)ng;
-    scheme->stages = t->stages;
-    char detail[512] = "";
-    if (cs_scheme_check(scheme, detail, sizeof(detail)) != CS_OK) {
-        PyErr_Format(PyExc_ValueError, "%s: %s", fn, detail);
-        return -1;
-    }
-    return 0;
-}
-
 PyObject *
 cs_py_run_scheme_device(PyObject *self, PyObject *args)
 {
@@ -392,11 +84,11 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
     long steps;
     int mode, interruptible;
     double cval;
-    scheme_tables tab;
+    cs_py_scheme_tables tab;
     PyObject *result = NULL;
     (void)self;
 
-    tables_init(&tab);
+    cs_py_scheme_tables_init(&tab);
     if (!PyArg_ParseTuple(args, "O!O!O!OO!OOOOlidOpO:run_scheme_device",
                           &PyTuple_Type, &fields_in, &PyTuple_Type,
                           &fields_out, &PyTuple_Type, &params_obj,
@@ -420,7 +112,7 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
         goto exit;
     }
     ptrdiff_t shape[3];
-    const int ndim = get_shape(shape_obj, shape);
+    const int ndim = cs_py_scheme_shape("run_scheme_device", shape_obj, shape);
     if (ndim < 0) {
         goto exit;
     }
@@ -467,7 +159,7 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
     }
 
     /* the stencils and the tables */
-    if (read_tables("run_scheme_device", ndim, k, np, stencils_obj,
+    if (cs_py_read_scheme_tables("run_scheme_device", ndim, k, np, stencils_obj,
                     coefs_obj, terms_obj, updates_obj, stages_obj, &tab)
         < 0) {
         goto exit;
@@ -510,7 +202,7 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
 #endif
 
 exit:
-    tables_release(&tab);
+    cs_py_scheme_tables_release(&tab);
     return result;
 }
 
@@ -539,14 +231,14 @@ cs_py_plan_scheme_device(PyObject *self, PyObject *args)
     PyObject *updates_obj, *stages_obj;
     int nfields, nparams, mode, smem_optin, image_arch;
     long steps;
-    scheme_tables tab;
+    cs_py_scheme_tables tab;
     sch_stage_plan *plans = NULL;
     int *tap0 = NULL;
     int made = 0;
     PyObject *result = NULL;
     (void)self;
 
-    tables_init(&tab);
+    cs_py_scheme_tables_init(&tab);
     if (!PyArg_ParseTuple(args, "OO!OOOOiiilii:plan_scheme_device",
                           &shape_obj, &PyTuple_Type, &stencils_obj,
                           &coefs_obj, &terms_obj, &updates_obj, &stages_obj,
@@ -565,9 +257,9 @@ cs_py_plan_scheme_device(PyObject *self, PyObject *args)
         return NULL;
     }
     ptrdiff_t shape[3];
-    const int ndim = get_shape(shape_obj, shape);
+    const int ndim = cs_py_scheme_shape("plan_scheme_device", shape_obj, shape);
     if (ndim < 0
-        || read_tables("plan_scheme_device", ndim, nfields, nparams,
+        || cs_py_read_scheme_tables("plan_scheme_device", ndim, nfields, nparams,
                        stencils_obj, coefs_obj, terms_obj, updates_obj,
                        stages_obj, &tab)
                < 0) {
@@ -625,6 +317,6 @@ exit:
     }
     free(plans);
     free(tap0);
-    tables_release(&tab);
+    cs_py_scheme_tables_release(&tab);
     return result;
 }

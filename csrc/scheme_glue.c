@@ -15,9 +15,12 @@
 #include "core_glue.h"
 #include "scheme.h"
 #include "cpu/scheme_cpu.h"
+#include "scheme_tables_glue.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char cs_py_run_scheme_doc[] =
@@ -39,8 +42,6 @@ const char cs_py_run_scheme_doc[] =
     "run did.  Use the package's schemes: this function assumes their\n"
     "tables.";
 
-/* Columns of the terms table before the powers. */
-#define TERM_COLUMNS 4
 
 /* Whether the buffer holds items of struct code `code` and `itemsize`
    bytes in native byte order. */
@@ -212,6 +213,46 @@ read_stencil(const Py_buffer *v, Py_ssize_t i, cs_kernel *k)
         return -1;
     }
     return 0;
+}
+
+/*
+ * The plan CONVSTENCIL_CPU_SCHEME_BLOCK forces, for tests and
+ * benchmarks: "off" (the whole-grid passes) or "TxC0xC1" (blocked passes
+ * of T steps over C0 x C1 tiles along axes 0 and 1).  0 with *force NULL
+ * when unset, 0 with *force set, or -1 with ValueError.
+ */
+static int
+forced_plan(const cs_scheme *s, const ptrdiff_t shape[3],
+            cs_scheme_cpu_plan *plan, const cs_scheme_cpu_plan **force)
+{
+    const char *text = getenv("CONVSTENCIL_CPU_SCHEME_BLOCK");
+    *force = NULL;
+    if (text == NULL || text[0] == '\0') {
+        return 0;
+    }
+    memset(plan, 0, sizeof(*plan));
+    if (strcmp(text, "off") == 0) {
+        plan->depth = 1;
+        plan->count[0] = plan->count[1] = 1;
+        *force = plan;
+        return 0;
+    }
+    int depth = 0;
+    long c0 = 0, c1 = 0;
+    char end = 0;
+    if (sscanf(text, "%dx%ldx%ld%c", &depth, &c0, &c1, &end) == 3) {
+        const ptrdiff_t count[2] = {(ptrdiff_t)c0, (ptrdiff_t)c1};
+        if (cs_cpu_scheme_plan_forced(s, shape, depth, count, plan)
+            == CS_OK) {
+            *force = plan;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "CONVSTENCIL_CPU_SCHEME_BLOCK=%s: write "
+                 "off or TxC0xC1 (T steps a pass, 1 to 16, over C0 x C1 "
+                 "tiles along the first two axes of a 3D grid, C0 = 1 for "
+                 "2D, each tile more rows than the scheme's radius)", text);
+    return -1;
 }
 
 PyObject *
@@ -421,6 +462,11 @@ cs_py_run_scheme(PyObject *self, PyObject *args)
     for (int a = 0; a < grid->ndim; a++) {
         shape[3 - grid->ndim + a] = grid->shape[a];
     }
+    cs_scheme_cpu_plan forced;
+    const cs_scheme_cpu_plan *force = NULL;
+    if (forced_plan(&scheme, shape, &forced, &force) < 0) {
+        goto exit;
+    }
     cs_run_info info = {0};
     info.fused_depth = 1;
     info.unfused_steps = steps;
@@ -431,8 +477,8 @@ cs_py_run_scheme(PyObject *self, PyObject *args)
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
     status = cs_cpu_scheme_apply(&scheme, in, out, par, shape,
-                                 (cs_mode)mode, cval, steps, threads, &info,
-                                 &intr);
+                                 (cs_mode)mode, cval, steps, threads, force,
+                                 &info, &intr);
     Py_END_ALLOW_THREADS
     if (status == CS_ERR_INTERRUPTED) {
         /* the signal handler's exception (KeyboardInterrupt) is set */
@@ -461,5 +507,93 @@ exit:
         }
     }
     PyMem_Free(views);
+    return result;
+}
+
+const char cs_py_plan_scheme_cpu_doc[] =
+    "plan_scheme_cpu(shape, stencils, coefs, terms, updates, stages, fields,\n"
+    "                params, mode, steps, threads) -> dict\n"
+    "\n"
+    "What run_scheme would run for `steps` steps of a scheme of `fields`\n"
+    "fields and `params` parameter fields on a grid of `shape` (the tables\n"
+    "as run_scheme_device takes them) under boundary mode `mode` (a MODE_*\n"
+    "code) with `threads` threads (0: the engine's choice, which reads the\n"
+    "machine's load now): the CPU engine's own choice\n"
+    "(csrc/cpu/scheme_blocked.c; CONVSTENCIL_CPU_SCHEME_BLOCK is\n"
+    "honoured).  Returns path ('scheme': a pass a stage over the whole\n"
+    "grid; 'scheme-blocked': passes of several steps over tiles),\n"
+    "fused_depth, fused_passes, unfused_steps, threads, and tiles,\n"
+    "tile_rows and margins (along the first two axes of the grid as 3D,\n"
+    "a 2D grid's leading 1 first: how many tiles, their largest extent,\n"
+    "the rows a tile loads beyond its own on each side).";
+
+PyObject *
+cs_py_plan_scheme_cpu(PyObject *self, PyObject *args)
+{
+    PyObject *shape_obj, *stencils_obj, *coefs_obj, *terms_obj;
+    PyObject *updates_obj, *stages_obj;
+    int nfields, nparams, mode, threads;
+    long steps;
+    cs_py_scheme_tables tab;
+    PyObject *result = NULL;
+    (void)self;
+
+    cs_py_scheme_tables_init(&tab);
+    if (!PyArg_ParseTuple(args, "OO!OOOOiiili:plan_scheme_cpu", &shape_obj,
+                          &PyTuple_Type, &stencils_obj, &coefs_obj,
+                          &terms_obj, &updates_obj, &stages_obj, &nfields,
+                          &nparams, &mode, &steps, &threads)) {
+        return NULL;
+    }
+    if (steps < 0 || mode < 0 || mode >= CS_MODE_COUNT) {
+        PyErr_Format(PyExc_ValueError, "plan_scheme_cpu: steps %ld < 0 or "
+                     "unknown mode code %d", steps, mode);
+        return NULL;
+    }
+    ptrdiff_t shape[3];
+    const int ndim = cs_py_scheme_shape("plan_scheme_cpu", shape_obj, shape);
+    if (ndim < 0
+        || cs_py_read_scheme_tables("plan_scheme_cpu", ndim, nfields,
+                                    nparams, stencils_obj, coefs_obj,
+                                    terms_obj, updates_obj, stages_obj, &tab)
+               < 0) {
+        goto exit;
+    }
+    for (int a = 0; a < 3; a++) {
+        if (shape[a] < 1) {
+            PyErr_SetString(PyExc_ValueError, "plan_scheme_cpu: the grid "
+                            "must not be empty");
+            goto exit;
+        }
+    }
+    cs_scheme_cpu_plan plan, forced;
+    const cs_scheme_cpu_plan *force = NULL;
+    if (forced_plan(&tab.scheme, shape, &forced, &force) < 0) {
+        goto exit;
+    }
+    int nt = 1;
+    const cs_status st = cs_cpu_scheme_choose(&tab.scheme, shape,
+                                              (cs_mode)mode, steps, threads,
+                                              &plan, &nt);
+    if (st != CS_OK) {
+        cs_py_raise_status(st, "cpu", NULL);
+        goto exit;
+    }
+    if (force != NULL) {
+        plan = *force;
+    }
+    const int blocked = plan.blocked && steps > 0;
+    result = Py_BuildValue(
+        "{s:s,s:i,s:l,s:l,s:i,s:(nn),s:(nn),s:(nn)}",
+        "path", blocked ? "scheme-blocked" : "scheme",
+        "fused_depth", blocked ? plan.depth : 1,
+        "fused_passes", blocked ? (steps + plan.depth - 1) / plan.depth : 0L,
+        "unfused_steps", blocked ? 0L : steps, "threads", nt,
+        "tiles", (Py_ssize_t)plan.count[0], (Py_ssize_t)plan.count[1],
+        "tile_rows", (Py_ssize_t)plan.tile[0], (Py_ssize_t)plan.tile[1],
+        "margins", (Py_ssize_t)plan.margin[0], (Py_ssize_t)plan.margin[1]);
+
+exit:
+    cs_py_scheme_tables_release(&tab);
     return result;
 }

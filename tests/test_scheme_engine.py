@@ -17,6 +17,7 @@ of magnitude below DBL_EPSILON, the engine exact zeros only).
 """
 import _thread
 import gc
+import os
 import sys
 import threading
 import tracemalloc
@@ -34,6 +35,19 @@ MODES = {"constant": _core.MODE_CONSTANT, "wrap": _core.MODE_WRAP,
 SHAPES = {1: [(1,), (2,), (3,), (57,), (40000,)],
           2: [(1, 1), (2, 3), (3, 1), (19, 23), (3, 2100), (45, 1500)],
           3: [(1, 1, 1), (2, 3, 2), (3, 1, 2), (7, 9, 11), (12, 30, 41)]}
+
+
+# Every case runs on both of the engine's ways: the whole-grid passes
+# (CONVSTENCIL_CPU_SCHEME_BLOCK=off) and its own plan, which cuts the
+# larger grids into tiles (scheme-blocked; test_scheme_blocked.py forces
+# tiles on small grids).
+PLANS = {"off": ("scheme",), "": ("scheme", "scheme-blocked")}
+
+
+@pytest.fixture(autouse=True, params=sorted(PLANS), ids=["auto", "whole"])
+def engine_plan(request, monkeypatch):
+    monkeypatch.setenv("CONVSTENCIL_CPU_SCHEME_BLOCK", request.param)
+    return PLANS[request.param]
 
 
 # ---------------------------------------------------------------------------
@@ -134,8 +148,13 @@ def check(fields, tables, steps, mode, cval=0.0, params=(), stencils=(),
     after = list(fields) + list(params) + list(stencils)
     for a, b in zip(after, before):
         np.testing.assert_array_equal(a, b, "an input was written")
-    assert info["backend"] == "cpu" and info["path"] == "scheme"
-    assert info["unfused_steps"] == steps and info["fused_depth"] == 1
+    assert info["backend"] == "cpu"
+    assert info["path"] in PLANS[os.environ["CONVSTENCIL_CPU_SCHEME_BLOCK"]]
+    if info["path"] == "scheme":
+        assert info["unfused_steps"] == steps and info["fused_depth"] == 1
+    else:
+        assert info["unfused_steps"] == 0
+        assert info["fused_passes"] == -(-steps // info["fused_depth"])
     return out
 
 
@@ -810,7 +829,8 @@ def flat_arrays(args):
 def test_good_call_runs():
     args = build({})
     info = _core.run_scheme(*args)
-    assert info["backend"] == "cpu" and info["path"] == "scheme"
+    assert info["backend"] == "cpu"
+    assert info["path"] in PLANS[os.environ["CONVSTENCIL_CPU_SCHEME_BLOCK"]]
 
 
 @pytest.mark.parametrize("changes, exc, fragment",

@@ -196,6 +196,20 @@ def run_scheme(fields_in, fields_out, params, tables, *, steps, mode, cval,
         BACKEND_CODES[backend][0], threads, interruptible, progress)
 
 
+def plan_scheme_cpu(shape, tables, *, fields, params, mode, steps,
+                    threads=0):
+    """What run_scheme would run for `steps` steps of a scheme of `fields`
+    fields and `params` parameter fields on `shape` under boundary
+    `mode` with `threads` threads (0: the engine's choice now): the CPU
+    engine's own choice (csrc/cpu/scheme_blocked.c), a dict of path,
+    fused_depth, fused_passes, unfused_steps, threads, tiles, tile_rows
+    and margins."""
+    return _core.plan_scheme_cpu(
+        tuple(shape), tables["stencils"], tables["coefs"], tables["terms"],
+        tables["updates"], tables["stages"], fields, params,
+        MODE_CODES[mode], steps, threads)
+
+
 def run_scheme_device(fields_in, fields_out, params, shape, tables, *, steps,
                       mode, cval, stream=0, interruptible=False,
                       progress=None):

@@ -456,8 +456,8 @@ def _explain_scheme(grid_or_shape, scheme, steps, mode, backend, rates):
                                      transfers, nbytes, flops, npts, k, p,
                                      stages)
     else:
-        fields = _explain_scheme_cpu(shape, steps, rates, nbytes, flops,
-                                     npts, k, p)
+        fields = _explain_scheme_cpu(shape, scheme, mode, steps, rates,
+                                     nbytes, flops, npts, k, p)
     fields.update(mode=mode, stencil="scheme of %s (%d stage%s)" % (
         ", ".join(f.name for f in scheme.fields), stages,
         "" if stages == 1 else "s"))
@@ -552,37 +552,33 @@ def _explain_scheme_gpu(shape, scheme, mode, steps, rates, transfers,
     return fields
 
 
-def _explain_scheme_cpu(shape, steps, rates, nbytes, flops, npts, k, p):
+def _explain_scheme_cpu(shape, scheme, mode, steps, rates, nbytes, flops,
+                        npts, k, p):
     rates = _model.cpu_rates(rates)
-    share = 1.0 + (rates["threads"] - 1) * rates["thread_gain"]
-    memory = (npts * steps * nbytes / rates["scheme_bandwidth"]
-              * rates["memory_scale"])
-    # a multiply-add of a stencil term at the stencil engine's rate
-    compute = (npts * steps * flops / 2.0 * rates["tap_seconds"]
-               * rates["compute_scale"] / share)
-    # the call's fields in and out, its parameter fields in, a step's
-    # team start and end
-    call = (npts * (k * rates["scheme_field_seconds"]
-                    + p * rates["scheme_param_seconds"])
-            * rates["memory_scale"]
-            + steps * rates["scheme_step_seconds"] * rates["compute_scale"])
-    seconds = (max(memory, compute) + call
-               + rates["call_seconds"] * rates["compute_scale"])
-    bound = "memory" if memory >= compute else "FP64 units"
-    row = _model.Pass("step", "scheme", steps, 1, nbytes, flops, flops,
-                      "FP64 units", seconds / max(steps, 1), bound)
-    fields = _common(shape, steps, None, "cpu", "scheme", 1, 0, steps,
-                     [row] if steps else [], seconds, bound)
+    # the engine's own choice now: its threads, then its passes
+    plan = _engine.plan_scheme_cpu(shape, scheme.tables(), fields=k,
+                                   params=p, mode=mode, steps=steps)
+    seconds, bound, rows = _model.scheme_cpu_time(plan, shape, steps, rates,
+                                                  nbytes, flops, k, p)
+    fields = _common(shape, steps, None, "cpu", plan["path"],
+                     plan["fused_depth"], plan["fused_passes"],
+                     plan["unfused_steps"], rows, seconds, bound)
     fields.update(device="this CPU, %d thread(s): the rates of a 2-core "
                   "Xeon, compute x %.2f (measured)" % (
-                      rates["threads"], rates["compute_scale"]),
-                  device_assumed=False, pass_kind="scheme", band=None,
+                      plan["threads"], rates["compute_scale"]),
+                  device_assumed=False, pass_kind=plan["path"], band=None,
                   transfer_seconds=None)
+    if plan["path"] == "scheme-blocked":
+        fields["notes"].append(
+            "blocked passes of %d steps over %d tile(s) of up to %s rows, "
+            "margins of %s rows (csrc/cpu/scheme_blocked.c's plan)"
+            % (plan["fused_depth"], plan["tiles"][0] * plan["tiles"][1],
+               " x ".join(str(n) for n in plan["tile_rows"]),
+               " and ".join(str(m) for m in plan["margins"])))
     fields["notes"].append("the CPU scheme engine's time is modelled as "
-                           "its bytes at the scheme engine's rate or its "
-                           "multiply-adds at the stencil engine's rate, "
-                           "whichever is longer, plus the call's fields "
-                           "in and out; fitted on 2 cores "
+                           "its bytes or its operations, whichever take "
+                           "longer, a pass at a time, plus the whole-grid "
+                           "passes' copies in and out; fitted on 2 cores "
                            "(benchmarks/bench_explain_schemes_cpu.py)")
     return fields
 

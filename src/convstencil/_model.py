@@ -581,18 +581,22 @@ CPU_STORED = {
     # the first touch of a fresh result (apply() allocates one; the C
     # allocator maps one of 32 MiB or more afresh each call), per byte
     "fresh_seconds_per_byte": 1.0e-10,
-    # the scheme engine (csrc/cpu/scheme_cpu.c), with its team: a step's
-    # bytes at scheme_bandwidth plus scheme_step_seconds; a call's fields
-    # taken in and handed back (scheme_field_seconds a point and field)
-    # and parameter fields read in (scheme_param_seconds a point and
-    # field).  Fitted to bench_explain_schemes_cpu.py on 2 cores
-    # (cpu2_explain_schemes_before.md: the wave in 2D and 3D, with a
-    # velocity field, Gray-Scott, heat with a source; 1, 10 and 100
-    # steps on 256^2, 2048^2, 64^3 and 128^3)
-    "scheme_bandwidth": 2.1e10,
-    "scheme_step_seconds": 1.0e-5,
-    "scheme_field_seconds": 7.0e-9,
-    "scheme_param_seconds": 2.0e-9,
+    # the scheme engine (csrc/cpu/scheme_cpu.c, scheme_blocked.c;
+    # _model.scheme_cpu_time): its row kernels, one thread, an operation
+    # of _explain._scheme_costs' count on one point; a whole-grid step's
+    # bytes with the team, and the barrier that ends it; the call's copy
+    # of the fields into its buffers and out (a point and field); blocked
+    # passes' loads and stores with the team, and a pass's start and end.
+    # Fitted on 2 cores to 78 calls (the wave in 2D and 3D, with a
+    # velocity field, Gray-Scott, heat with a source; 256^2 to 2048^2,
+    # 64^3 and 128^3; 1, 10 and 100 steps; both paths):
+    # benchmarks/results/cpu2_explain_schemes_blocked.md
+    "scheme_flop_seconds": 4.6e-11,
+    "scheme_bandwidth": 4.2e10,
+    "scheme_step_seconds": 1.0e-6,
+    "scheme_field_seconds": 2.3e-9,
+    "scheme_blocked_bandwidth": 1.46e10,
+    "scheme_pass_seconds": 1.3e-4,
 }
 # Where the C allocator gives fresh pages every call (glibc's largest
 # mmap threshold)
@@ -797,6 +801,58 @@ def cpu_time(plan, shape, steps, rates, fresh_out=True):
     seconds = call + setup + compute + memory + fresh
     bound = "FP64 units" if compute >= memory + setup + fresh else "memory"
     return CpuCost(seconds, bound, call, setup, compute, memory, fresh)
+
+
+def scheme_cpu_time(plan, shape, steps, rates, nbytes, flops, k, p):
+    """The model's price of the CPU scheme engine's plan (plan_scheme_cpu's
+    dict) for `steps` steps of a scheme of k fields and p parameter
+    fields moving `nbytes` and doing `flops` useful operations a point
+    and step in its whole-grid passes: (seconds, bound, [Pass]).  Each
+    pass costs its bytes or its operations, whichever take longer (the
+    row kernels at scheme_flop_seconds an operation on one thread, the
+    team sharing them): a whole-grid step its nbytes at
+    scheme_bandwidth, a blocked pass its tiles' loads (margins included)
+    and stores at scheme_blocked_bandwidth, its operations on the rows
+    the margins add too.  The whole-grid passes' call copies the fields
+    in and out; a step and a blocked pass each end at a barrier."""
+    npts = float(np.prod(shape))
+    kc, km = rates["compute_scale"], rates["memory_scale"]
+    share = 1.0 + (plan["threads"] - 1) * rates["thread_gain"]
+    call = kc * rates["call_seconds"]
+    if steps == 0:
+        return call, "memory", []
+    op = kc * npts * flops * rates["scheme_flop_seconds"] / share
+    if plan["path"] == "scheme":
+        memory = km * npts * nbytes / rates["scheme_bandwidth"]
+        step = (max(memory, op)
+                + kc * rates["scheme_step_seconds"])
+        copies = km * npts * k * rates["scheme_field_seconds"]
+        seconds = call + copies + steps * step
+        bound = "memory" if memory >= op else "FP64 units"
+        row = Pass("step", "scheme", steps, 1, nbytes, flops, flops,
+                   "FP64 units", step, bound)
+        return seconds, bound, [row]
+    computed = loaded = 1.0
+    for tile, margin in zip(plan["tile_rows"], plan["margins"]):
+        computed *= (tile + margin) / tile   # shrinking: half on average
+        loaded *= (tile + 2.0 * margin) / tile
+    depth, passes = plan["fused_depth"], plan["fused_passes"]
+    pass_bytes = 8.0 * ((k + p) * loaded + k)
+    seconds, bound, rows = call, "memory", []
+    for count, steps_now in ((passes - 1, depth),
+                             (1, steps - (passes - 1) * depth)):
+        if count <= 0:
+            continue
+        memory = km * npts * pass_bytes / rates["scheme_blocked_bandwidth"]
+        compute = op * computed * steps_now
+        one = max(memory, compute) + kc * rates["scheme_pass_seconds"]
+        bound = "memory" if memory >= compute else "FP64 units"
+        seconds += count * one
+        rows.append(Pass("blocked pass", "scheme-blocked", count, steps_now,
+                         pass_bytes, flops * steps_now,
+                         flops * computed * steps_now, "FP64 units", one,
+                         bound))
+    return seconds, bound, rows
 
 
 def predict_gpu(shape, w, mode, steps, path, max_depth=0, rates=None,
