@@ -10,7 +10,8 @@
 #
 # NAME (default h100_schemes_streamed3d): the results' name; the logs,
 # NAME.json and NAME.md go to $OUT (default ./sst_out) as well as
-# benchmarks/results/.
+# benchmarks/results/.  PRESETS (default wave3d) and BLOCKS (default
+# nostream,stream2,...,stream6) choose what bench_schemes.py times.
 set -e
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NAME=${1:-h100_schemes_streamed3d}
@@ -40,9 +41,11 @@ rc=0
 } > "$OUT/tests.txt" 2>&1 || rc=$?
 cat "$OUT/tests.txt"
 grep -q " failed" "$OUT/tests.txt" && exit 1
+PRESETS=${PRESETS:-wave3d}
+BLOCKS=${BLOCKS:-nostream,stream2,stream3,stream4,stream5,stream6}
 "$PYTHON" benchmarks/bench_schemes.py --steps 48 --repeat 7 \
-    --blocks nostream,stream2,stream3,stream4,stream5,stream6 \
-    --presets wave3d --save "$NAME" > "$OUT/bench.txt" 2>&1 || rc=$?
+    --blocks "$BLOCKS" --presets "$PRESETS" --save "$NAME" \
+    > "$OUT/bench.txt" 2>&1 || rc=$?
 cat "$OUT/bench.txt"
 [ "$rc" -eq 0 ] || exit "$rc"
 cp "benchmarks/results/$NAME.json" "benchmarks/results/$NAME.md" "$OUT/"
