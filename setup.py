@@ -194,17 +194,17 @@ class BuildExtWithCuda(build_ext):
         ext.extra_objects = list(ext.extra_objects or []) + objects
 
 
-# The CUDA files that take longest to compile, longest first (nvcc for
-# sm_80 alone on a 2-core machine: tb2d_3x3_deep 93 s, tb3d 70, tb2d_rank1
-# 69, tb2d_plus 62, tb2d_3x3 57, tb2d_rank1_wide 45, tb2d_box_wide 32; no
-# other file above 6 s).  Started first, they do not end the build on one
-# core while the others idle (tb3d, last in name order, did).  The
-# streamed scheme passes compile for sm_90 only (their sm_80 images
-# trap): scheme_stream3 134 s there (nvcc_scheme_stream3_ptxas.txt),
-# ahead of the rest.
-_SLOW_CUDA = ("scheme_stream3.cu", "tb2d_3x3_deep.cu", "tb3d.cu",
-              "tb2d_rank1.cu", "tb2d_plus.cu", "tb2d_3x3.cu",
-              "scheme_stream.cu", "tb2d_rank1_wide.cu", "tb2d_box_wide.cu")
+# The CUDA files that take longest to compile, longest first (one core of
+# a 2-core machine, sm_80 and sm_90, from a fresh build's timeline on
+# 2026-11-27: tb2d_3x3_deep 143 s, tb3d 122, tb2d_rank1 120, tb2d_plus
+# 101, tb2d_3x3 90, tb2d_rank1_wide 61, scheme_stream3 51 (sm_90 only:
+# its sm_80 images trap; nvcc_scheme_stream3_ptxas.txt), tb2d_box_wide
+# 49, scheme_stream 22; no other file above 4 s).  Started first, they
+# do not end the build on one core while the others idle (tb3d, last in
+# name order, did).
+_SLOW_CUDA = ("tb2d_3x3_deep.cu", "tb3d.cu", "tb2d_rank1.cu",
+              "tb2d_plus.cu", "tb2d_3x3.cu", "tb2d_rank1_wide.cu",
+              "scheme_stream3.cu", "tb2d_box_wide.cu", "scheme_stream.cu")
 
 
 def _longest_first(source):

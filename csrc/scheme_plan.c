@@ -442,10 +442,11 @@ sch_stream_max_depth(const sch_stream_tables *t)
     if (t->ndim == 3) {
         /* scheme_stream3.cu's instances: a partial plane a level and sum
            (4 doubles a thread of 512, whose registers are 128), with
-           the patterns compiled in 6; read at run time 4 for one field,
-           3 for two, 2 for two with a scaled sum, none with two (their
-           shared planes bound them too: sch_stream3_smem_bytes) */
-        return sch_stream_compiled(t) ? 6
+           the patterns compiled in 4 (they would hold 6, which ran no
+           faster); read at run time 4 for one field, 3 for two, 2 for
+           two with a scaled sum, none with two (their shared planes
+           bound them too: sch_stream3_smem_bytes) */
+        return sch_stream_compiled(t) ? 4
                : t->fields == 1       ? 4
                : t->scaled == 1       ? 2
                : t->scaled == 0       ? 3

@@ -398,8 +398,8 @@ def kept_field3():
 
 
 STREAM3_SCHEMES = {
-    "wave": (plain_wave3, (), 6),
-    "heat": (heat3, (), 6),
+    "wave": (plain_wave3, (), 4),
+    "heat": (heat3, (), 4),
     "heat-sources": (heat3_sources, ("k", "s"), 4),
     "gray-scott": (lambda: gray_scott(3), (), 3),
     "wave-velocity": (lambda: wave(3), ("c2",), 2),

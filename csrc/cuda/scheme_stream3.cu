@@ -28,7 +28,10 @@
  * Keeping the previous plane in shared memory, rather than a second
  * partial plane for the -z taps as tb3d does, leaves one partial plane a
  * level and sum in registers and none for a copy: the wave holds 6
- * levels where tb3d's star holds 3.
+ * levels where tb3d's star holds 3.  The compiled instances keep 4: on
+ * the H100 depths 5 and 6 ran slower than 4 for the wave and than 3 for
+ * one field (h100_schemes_stream3_tmax6.md), and each level costs nvcc
+ * about 13 s (96 s for the file at 6, 51 s at 4).
  *
  * Each level is exact one cell further in: a tile stores its central
  * (64 - 2 depth) x (32 - 2 depth) cells, and a segment starts `depth`
@@ -823,10 +826,10 @@ dispatch(cs_cuda_ctx *ctx, ss3_params *p)
     if (sch_stream_compiled(t)) {
         const unsigned long long sig = sch_stream_signature(t);
         if (sig == SST_SIG_WAVE3) { /* u: the star and up; up: u */
-            return launch<2, 0, false, 6, SST_SIG_WAVE3, 1u << 4, 1u>(ctx,
+            return launch<2, 0, false, 4, SST_SIG_WAVE3, 1u << 4, 1u>(ctx,
                                                                       p);
         }
-        return launch<1, 0, false, 6, SST_SIG_STAR3, 0u, 1u>(ctx, p);
+        return launch<1, 0, false, 4, SST_SIG_STAR3, 0u, 1u>(ctx, p);
     }
     if (t->fields == 1) {
         return t->scaled ? launch<1, 1, true, 4>(ctx, p)
