@@ -355,6 +355,11 @@ cs_cpu_scheme_plan(const cs_scheme *s, const ptrdiff_t shape[3],
                 if (bytes > CS_SCHEME_CACHE_BYTES) {
                     continue;
                 }
+                if (c0 * c1 == 1 && t < steps) {
+                    /* one tile gains over the whole engine only by
+                       skipping its copies: one pass, or none */
+                    continue;
+                }
                 const double cost = blocked_cost(&p, shape, mode,
                                                  work, fields, params, bytes,
                                                  COST_BYTE_MEMORY, steps,
