@@ -1,11 +1,13 @@
 /*
- * scheme_glue.c -- convstencil._core.run_scheme (scheme_glue.h).
+ * scheme_glue.c -- convstencil._core.run_scheme and plan_scheme_cpu
+ * (scheme_glue.h).
  *
  * The Python layer (src/convstencil/_scheme.py) turns a user's scheme
  * into code tables and checks the arrays; this file checks again what
- * the engine relies on (every array's type, shape, contiguity and
- * alignment, every table index through cs_scheme_check), so that a wrong
- * call raises TypeError or ValueError and never crashes.  Every array
+ * the engine relies on (every field's type, shape, contiguity and
+ * alignment; the tables through scheme_tables_glue.c, every index
+ * through cs_scheme_check), so that a wrong call raises TypeError or
+ * ValueError and never crashes.  Every array
  * arrives through the buffer protocol (no NumPy C API here) and its view
  * is held until the engine returns.  The engine runs without the GIL.
  * One exit path.
@@ -17,7 +19,6 @@
 #include "cpu/scheme_cpu.h"
 #include "scheme_tables_glue.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,74 +148,6 @@ tuple_size(PyObject *t, const char *name, Py_ssize_t lo, Py_ssize_t hi)
     return n;
 }
 
-/* The terms table's row i as a term of a scheme of k fields; -1 with
-   ValueError when a column the scheme check does not see is wrong. */
-static int
-read_term(const int *row, double coef, int k, Py_ssize_t i, cs_term *t)
-{
-    memset(t, 0, sizeof(*t));
-    if (row[0] != CS_TERM_STENCIL && row[0] != CS_TERM_MONOMIAL) {
-        PyErr_Format(PyExc_ValueError, "run_scheme: terms[%zd]: kind %d "
-                     "(0 stencil, 1 monomial)", i, row[0]);
-        return -1;
-    }
-    t->kind = (cs_term_kind)row[0];
-    t->coef = coef;
-    t->param = row[1];
-    t->field = row[2];
-    t->stencil = row[3];
-    if (t->kind == CS_TERM_MONOMIAL && (t->field != -1 || t->stencil != -1)) {
-        PyErr_Format(PyExc_ValueError, "run_scheme: terms[%zd]: a "
-                     "monomial's field and stencil must be -1, not %d and "
-                     "%d", i, t->field, t->stencil);
-        return -1;
-    }
-    for (int f = 0; f < k; f++) {
-        const int p = row[TERM_COLUMNS + f];
-        const int most = t->kind == CS_TERM_MONOMIAL ? CS_SCHEME_MAX_POWER
-                                                     : 0;
-        if (p < 0 || p > most) {
-            PyErr_Format(PyExc_ValueError, "run_scheme: terms[%zd]: power "
-                         "%d of field %d (a %s term takes 0 to %d)", i, p,
-                         f, t->kind == CS_TERM_MONOMIAL ? "monomial"
-                                                        : "stencil",
-                         most);
-            return -1;
-        }
-        t->power[f] = (unsigned char)p;
-    }
-    return 0;
-}
-
-/* Stencil i's weights as a kernel: odd extents, finite weights; -1 with
-   an exception otherwise. */
-static int
-read_stencil(const Py_buffer *v, Py_ssize_t i, cs_kernel *k)
-{
-    ptrdiff_t size[CS_MAX_NDIM];
-    for (int a = 0; a < v->ndim; a++) {
-        size[a] = v->shape[a];
-        if (size[a] < 1 || size[a] % 2 == 0) {
-            PyErr_Format(PyExc_ValueError, "run_scheme: stencils[%zd] "
-                         "must have an odd extent on every axis", i);
-            return -1;
-        }
-    }
-    const double *w = v->buf;
-    for (Py_ssize_t q = 0; q < v->len / (Py_ssize_t)sizeof(double); q++) {
-        if (!isfinite(w[q])) {
-            PyErr_Format(PyExc_ValueError, "run_scheme: stencils[%zd] "
-                         "must be finite", i);
-            return -1;
-        }
-    }
-    if (cs_kernel_init(k, v->ndim, size, w) != CS_OK) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
-}
-
 /*
  * The plan CONVSTENCIL_CPU_SCHEME_BLOCK forces, for tests and
  * benchmarks: "off" (the whole-grid passes) or "TxC0xC1" (blocked passes
@@ -265,14 +198,11 @@ cs_py_run_scheme(PyObject *self, PyObject *args)
     double cval;
     Py_buffer *views = NULL;
     Py_ssize_t nviews = 0;
-    cs_kernel *kernels = NULL;
-    cs_term *terms = NULL;
-    cs_update *updates = NULL;
-    cs_stage *stages = NULL;
-    Py_ssize_t nkernels = 0;
+    cs_py_scheme_tables tab;
     PyObject *result = NULL;
     (void)self;
 
+    cs_py_scheme_tables_init(&tab);
     if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOlidiipO:run_scheme",
                           &PyTuple_Type, &fields_in, &PyTuple_Type,
                           &fields_out, &PyTuple_Type, &params_obj,
@@ -311,15 +241,14 @@ cs_py_run_scheme(PyObject *self, PyObject *args)
         goto exit;
     }
 
-    /* the views, in order: ins, outs, params, stencils, the 4 tables */
-    views = PyMem_Calloc((size_t)(2 * k + np + ns + 4), sizeof(Py_buffer));
+    /* the views, in order: ins, outs, params */
+    views = PyMem_Calloc((size_t)(2 * k + np), sizeof(Py_buffer));
     if (views == NULL) {
         PyErr_NoMemory();
         goto exit;
     }
-    nviews = 2 * k + np + ns + 4; /* each released once taken (obj set) */
+    nviews = 2 * k + np; /* each released once taken (obj set) */
     Py_buffer *in_v = views, *out_v = views + k, *par_v = views + 2 * k;
-    Py_buffer *st_v = par_v + np, *tab_v = st_v + ns;
     for (Py_ssize_t i = 0; i < k; i++) {
         if (get_view(PyTuple_GET_ITEM(fields_in, i), &in_v[i], "fields_in",
                      i, 'd', sizeof(double), 0) < 0) {
@@ -365,87 +294,13 @@ cs_py_run_scheme(PyObject *self, PyObject *args)
             goto exit;
         }
     }
-    for (Py_ssize_t i = 0; i < ns; i++) {
-        if (get_view(PyTuple_GET_ITEM(stencils_obj, i), &st_v[i],
-                     "stencils", i, 'd', sizeof(double), grid->ndim) < 0) {
-            goto exit;
-        }
-    }
-    static const char *const table_names[] = {"coefs", "terms", "updates",
-                                              "stages"};
-    PyObject *const table_objs[] = {coefs_obj, terms_obj, updates_obj,
-                                    stages_obj};
-    for (int i = 0; i < 4; i++) {
-        if (get_view(table_objs[i], &tab_v[i], table_names[i], -1,
-                     i == 0 ? 'd' : 'i', i == 0 ? 8 : 4, i == 0 ? 1 : 2)
-            < 0) {
-            goto exit;
-        }
-    }
-    const Py_ssize_t nt = tab_v[1].shape[0];
-    const Py_ssize_t nu = tab_v[2].shape[0];
-    const Py_ssize_t ng = tab_v[3].shape[0];
-    if (tab_v[0].shape[0] != nt || tab_v[1].shape[1] != TERM_COLUMNS + k
-        || tab_v[2].shape[1] != 3 || tab_v[3].shape[1] != 2
-        || nt > INT32_MAX || nu > INT32_MAX || ng > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "run_scheme: the tables' shapes "
-                     "must be coefs (T,), terms (T, %zd), updates (U, 3), "
-                     "stages (G, 2)", TERM_COLUMNS + k);
+    /* the stencils and the tables, checked (cs_scheme_check) */
+    if (cs_py_read_scheme_tables("run_scheme", grid->ndim, k, np,
+                                 stencils_obj, coefs_obj, terms_obj,
+                                 updates_obj, stages_obj, &tab) < 0) {
         goto exit;
     }
-
-    /* the scheme */
-    kernels = PyMem_Calloc((size_t)(ns > 0 ? ns : 1), sizeof(cs_kernel));
-    terms = PyMem_Calloc((size_t)(nt > 0 ? nt : 1), sizeof(cs_term));
-    updates = PyMem_Calloc((size_t)(nu > 0 ? nu : 1), sizeof(cs_update));
-    stages = PyMem_Calloc((size_t)(ng > 0 ? ng : 1), sizeof(cs_stage));
-    if (kernels == NULL || terms == NULL || updates == NULL
-        || stages == NULL) {
-        PyErr_NoMemory();
-        goto exit;
-    }
-    for (Py_ssize_t i = 0; i < ns; i++) {
-        nkernels++;
-        if (read_stencil(&st_v[i], i, &kernels[i]) < 0) {
-            goto exit;
-        }
-    }
-    const double *coefs = tab_v[0].buf;
-    const int *term_rows = tab_v[1].buf;
-    for (Py_ssize_t i = 0; i < nt; i++) {
-        if (read_term(term_rows + i * (TERM_COLUMNS + k), coefs[i], (int)k,
-                      i, &terms[i]) < 0) {
-            goto exit;
-        }
-    }
-    const int *update_rows = tab_v[2].buf;
-    for (Py_ssize_t i = 0; i < nu; i++) {
-        updates[i].target = update_rows[3 * i];
-        updates[i].first_term = update_rows[3 * i + 1];
-        updates[i].term_count = update_rows[3 * i + 2];
-    }
-    const int *stage_rows = tab_v[3].buf;
-    for (Py_ssize_t i = 0; i < ng; i++) {
-        stages[i].first_update = stage_rows[2 * i];
-        stages[i].update_count = stage_rows[2 * i + 1];
-    }
-    cs_scheme scheme;
-    scheme.ndim = grid->ndim;
-    scheme.field_count = (int)k;
-    scheme.param_count = (int)np;
-    scheme.stencil_count = (int)ns;
-    scheme.stencils = kernels;
-    scheme.term_count = (int)nt;
-    scheme.terms = terms;
-    scheme.update_count = (int)nu;
-    scheme.updates = updates;
-    scheme.stage_count = (int)ng;
-    scheme.stages = stages;
-    char msg[256] = "";
-    if (cs_scheme_check(&scheme, msg, sizeof(msg)) != CS_OK) {
-        PyErr_Format(PyExc_ValueError, "run_scheme: %s", msg);
-        goto exit;
-    }
+    const cs_scheme *scheme = &tab.scheme;
 
     /* the run */
     const double *in[CS_SCHEME_MAX_FIELDS];
@@ -464,7 +319,7 @@ cs_py_run_scheme(PyObject *self, PyObject *args)
     }
     cs_scheme_cpu_plan forced;
     const cs_scheme_cpu_plan *force = NULL;
-    if (forced_plan(&scheme, shape, &forced, &force) < 0) {
+    if (forced_plan(scheme, shape, &forced, &force) < 0) {
         goto exit;
     }
     cs_run_info info = {0};
@@ -476,7 +331,7 @@ cs_py_run_scheme(PyObject *self, PyObject *args)
     const cs_interrupt intr = cs_py_make_poll(&sp, interruptible, progress);
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = cs_cpu_scheme_apply(&scheme, in, out, par, shape,
+    status = cs_cpu_scheme_apply(scheme, in, out, par, shape,
                                  (cs_mode)mode, cval, steps, threads, force,
                                  &info, &intr);
     Py_END_ALLOW_THREADS
@@ -494,13 +349,7 @@ cs_py_run_scheme(PyObject *self, PyObject *args)
     result = cs_py_info_to_dict(&info);
 
 exit:
-    for (Py_ssize_t i = 0; i < nkernels; i++) {
-        cs_kernel_free(&kernels[i]);
-    }
-    PyMem_Free(kernels);
-    PyMem_Free(terms);
-    PyMem_Free(updates);
-    PyMem_Free(stages);
+    cs_py_scheme_tables_release(&tab);
     for (Py_ssize_t i = 0; i < nviews; i++) {
         if (views[i].obj != NULL) {
             PyBuffer_Release(&views[i]);

@@ -447,8 +447,8 @@ run_tile(const engine *e, const tiling *tl, ptrdiff_t index, int depth,
 
 /*
  * Blocked path: passes of tl->depth steps over the tiles.  Before each
- * pass but the first, thread 0 (the caller's) polls `intr` and a barrier
- * publishes its answer, so every thread leaves at the same pass.
+ * pass but the first the team polls `intr` (cs_team_poll), so every
+ * thread leaves at the same pass.
  */
 cs_status
 cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
@@ -495,14 +495,14 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
         memcpy(grid, in, npoints * sizeof(double));
         first = grid;
     }
-    int stop = 0;
+    long stop_at = -1;
     cs_barrier bar = {0, 0, 0};
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
     {
-        size_t id = (size_t)thread_id();
+        size_t id = (size_t)cs_team_thread();
         /* zeroed: cells no step writes (lane padding) stay finite */
         memset(local + id * per_thread, 0, per_thread * sizeof(double));
         workspace ws;
@@ -513,14 +513,9 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
         ws.halo.src = ws.halo.dst + moves;
         ws.scratch = scratch + id * row;
         for (long p = 0; p < passes; p++) {
-            if (p > 0) {
-                if (thread_id() == 0) {
-                    stop = cs_interrupt_requested(intr, p * tl->depth);
-                }
-                team_barrier(&bar);
-                if (stop) {
-                    break;
-                }
+            if (p > 0
+                && cs_team_poll(intr, p, p * tl->depth, &stop_at, &bar)) {
+                break;
             }
             int depth = (int)MIN((long)tl->depth, steps - p * tl->depth);
             double *g_dst = ((passes - 1 - p) % 2 == 0) ? out : grid;
@@ -540,5 +535,5 @@ cs_cpu_run_blocked(const engine *e, const tiling *tl, const double *in,
     free(scratch);
     free(taps);
     free(halo_moves);
-    return stop ? CS_ERR_INTERRUPTED : CS_OK;
+    return stop_at >= 0 ? CS_ERR_INTERRUPTED : CS_OK;
 }

@@ -118,39 +118,19 @@ typedef struct tiling {
 /* Threads                                                              */
 /* ------------------------------------------------------------------ */
 
-static inline int
-thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static inline int
-thread_count(void)
-{
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
-
 /* Every thread of the team at `b` (threads.h: a short spin, then sleep). */
 static inline void
 team_barrier(cs_barrier *b)
 {
-    cs_barrier_wait(b, thread_count());
+    cs_barrier_wait(b, cs_team_size());
 }
 
 /* This thread's share [*begin, *end) of n items, in contiguous blocks. */
 static inline void
 thread_share(ptrdiff_t n, ptrdiff_t *begin, ptrdiff_t *end)
 {
-    ptrdiff_t id = thread_id();
-    ptrdiff_t count = thread_count();
+    ptrdiff_t id = cs_team_thread();
+    ptrdiff_t count = cs_team_size();
     *begin = n * id / count;
     *end = n * (id + 1) / count;
 }

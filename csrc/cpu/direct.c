@@ -39,7 +39,7 @@ direct_fill_halo(const engine *e, const box *b, const row_halo *h,
     }
     team_barrier(bar);
     if (!x_only && e->r[0] > 0) {
-        if (thread_id() == 0) {
+        if (cs_team_thread() == 0) {
             cs_cpu_fill_line(e, b, buf, 0);
         }
         team_barrier(bar);
@@ -140,7 +140,7 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
     {
         double *src = align_up(raw_a);
         double *dst = align_up(raw_b);
-        const double **tap = taps + (size_t)thread_id() * MAX(e->ntaps, 1);
+        const double **tap = taps + (size_t)cs_team_thread() * MAX(e->ntaps, 1);
         ptrdiff_t z0, z1;
         /* zeroed: cells no step writes (lane padding) stay finite */
         thread_share((ptrdiff_t)(2 * size), &z0, &z1);
@@ -155,13 +155,13 @@ cs_cpu_run_direct(const engine *e, const double *in, double *out,
         if (constant) {
             direct_fill_halo(e, &whole, &h, dst, 0, &bar);
         }
-        ptrdiff_t nseg = segments_per_row(e, &whole, thread_count());
+        ptrdiff_t nseg = segments_per_row(e, &whole, cs_team_size());
         ptrdiff_t u0, u1;
         thread_share(e->n[0] * e->n[1] * nseg, &u0, &u1);
         for (long s = 0; s < steps; s++) {
             direct_fill_halo(e, &whole, &h, src, constant && s > 0, &bar);
             direct_units(e, &whole, src, dst, tap, nseg, u0, u1);
-            if (thread_id() == 0 && s + 1 < steps
+            if (cs_team_thread() == 0 && s + 1 < steps
                 && cs_interrupt_requested(intr, s + 1)) {
 #ifdef _OPENMP
 #pragma omp atomic write

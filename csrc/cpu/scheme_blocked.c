@@ -36,10 +36,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Most steps fused into one pass. */
 #define MAX_DEPTH 16
 
@@ -412,26 +408,6 @@ cs_cpu_scheme_plan_forced(const cs_scheme *s, const ptrdiff_t shape[3],
 /* Tiles                                                                */
 /* ------------------------------------------------------------------ */
 
-static int
-thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int
-team_size(void)
-{
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
-
 /* i modulo n, in 0 .. n - 1. */
 static ptrdiff_t
 wrap_index(ptrdiff_t i, ptrdiff_t n)
@@ -794,9 +770,8 @@ release(blocked_run *run)
 
 /*
  * The passes, by every thread of the team.  Before each pass but the
- * first, thread 0 (the caller's) polls `intr` and a barrier publishes
- * its answer, so every thread leaves at the same pass, the outs
- * unwritten.  set[0], set[1]: the kept grids passes write between the
+ * first the team polls `intr` (cs_team_poll: every thread leaves at the
+ * same pass, the outs unwritten).  set[0], set[1]: the kept grids passes write between the
  * first and the last (K pointers each); out_direct: whether the last
  * pass writes the outs, else set[last % 2] and a copy.
  */
@@ -804,22 +779,16 @@ static void
 run_passes(const blocked_run *run, const double *const *in,
            double *const *out, const double *const *params, long steps,
            double *const *set[2], int out_direct, double *block,
-           const cs_interrupt *intr, int *stop, cs_barrier *bar)
+           const cs_interrupt *intr, long *stop_at, cs_barrier *bar)
 {
     const int depth = run->plan->depth;
     const long passes = CEIL_DIV(steps, (long)depth);
     const ptrdiff_t tiles = run->plan->count[0] * run->plan->count[1];
     tile_space ws;
-    carve_space(run, block + (size_t)thread_id() * run->thread_doubles, &ws);
+    carve_space(run, block + (size_t)cs_team_thread() * run->thread_doubles, &ws);
     for (long p = 0; p < passes; p++) {
-        if (p > 0) {
-            if (thread_id() == 0) {
-                *stop = cs_interrupt_requested(intr, p * depth);
-            }
-            cs_barrier_wait(bar, team_size());
-            if (*stop) {
-                return;
-            }
+        if (p > 0 && cs_team_poll(intr, p, p * depth, stop_at, bar)) {
+            return;
         }
         const int steps_now = (int)MIN((long)depth, steps - p * depth);
         const double *const *src = p == 0 ? in
@@ -834,7 +803,7 @@ run_passes(const blocked_run *run, const double *const *in,
         }
     }
     if (!out_direct) {
-        cs_barrier_wait(bar, team_size());
+        cs_barrier_wait(bar, cs_team_size());
         const ptrdiff_t rows = run->n[0] * run->n[1];
         const int k_count = run->s->field_count;
         double *const *last = set[(passes - 1) % 2];
@@ -901,17 +870,17 @@ cs_cpu_scheme_run_blocked(const cs_scheme *s, const cs_scheme_cpu_plan *p,
         }
     }
     double *const *set[2] = {set_ptr[0], set_ptr[1]};
-    int stop = 0;
+    long stop_at = -1;
     cs_barrier bar = {0, 0, 0};
 
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
     run_passes(&run, in, out, params, steps, set, out_direct, local, intr,
-               &stop, &bar);
+               &stop_at, &bar);
 
     cs_cpu_workspace_give(grids, grid_size);
     cs_cpu_workspace_give(local, local_size);
     release(&run);
-    return stop ? CS_ERR_INTERRUPTED : CS_OK;
+    return stop_at >= 0 ? CS_ERR_INTERRUPTED : CS_OK;
 }

@@ -38,10 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Fewest points per piece when rows are split among threads. */
 #define MIN_PIECE 512
 
@@ -65,26 +61,6 @@ typedef struct scheme_run {
 /* ------------------------------------------------------------------ */
 /* Setup                                                                */
 /* ------------------------------------------------------------------ */
-
-static int
-thread_id(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-static int
-team_size(void)
-{
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
 
 static void
 run_free(scheme_run *run)
@@ -182,7 +158,7 @@ stage_rows(const scheme_run *run, const cs_stage *stage, const int *fb,
     const geom *g = &run->g;
     const ptrdiff_t rows = g->n[0] * g->n[1];
     const ptrdiff_t split = run->split;
-    double *t = run->scratch + (size_t)thread_id() * SEGMENT;
+    double *t = run->scratch + (size_t)cs_team_thread() * SEGMENT;
 #ifdef _OPENMP
 #pragma omp for schedule(static) nowait
 #endif
@@ -277,7 +253,7 @@ run_team(const scheme_run *run, const double *const *in, double *const *out,
             cs_scheme_assign_stage(s, run->tab.copy_of, &s->stages[i], fb,
                                    dst, next);
             stage_rows(run, &s->stages[i], fb, dst, params);
-            if (i == s->stage_count - 1 && thread_id() == 0
+            if (i == s->stage_count - 1 && cs_team_thread() == 0
                 && step + 1 < steps
                 && cs_interrupt_requested(intr, step + 1)) {
 #ifdef _OPENMP
@@ -285,7 +261,7 @@ run_team(const scheme_run *run, const double *const *in, double *const *out,
 #endif
                 *stop_after = step;
             }
-            cs_barrier_wait(bar, team_size());
+            cs_barrier_wait(bar, cs_team_size());
             memcpy(fb, next, sizeof(fb));
         }
         long stop;

@@ -20,6 +20,8 @@
 
 #include "threads.h"
 
+#include "../stencil.h"
+
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,4 +307,15 @@ cs_barrier_wait(cs_barrier *b, int team)
         sleep_on(&b->round, round);
     }
     __atomic_sub_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
+}
+
+int
+cs_team_poll(const cs_interrupt *intr, long pass, long steps_done,
+             long *stop_at, cs_barrier *bar)
+{
+    if (cs_team_thread() == 0 && cs_interrupt_requested(intr, steps_done)) {
+        __atomic_store_n(stop_at, pass, __ATOMIC_RELEASE);
+    }
+    cs_barrier_wait(bar, cs_team_size());
+    return __atomic_load_n(stop_at, __ATOMIC_ACQUIRE) == pass;
 }

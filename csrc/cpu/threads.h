@@ -7,9 +7,35 @@
 #ifndef CS_THREADS_H
 #define CS_THREADS_H
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* This thread's index in its team, and the team's size (0 and 1 outside
+   a parallel region, and in a build without OpenMP). */
+static inline int
+cs_team_thread(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static inline int
+cs_team_size(void)
+{
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
 
 /*
  * The stencil and scheme engines' unit of work: one multiply-add of the
@@ -109,6 +135,21 @@ typedef struct cs_barrier {
 
 void
 cs_barrier_wait(cs_barrier *b, int team);
+
+/*
+ * The start of pass `pass` (> 0) of a team's loop, by every thread:
+ * thread 0 (the caller's) asks `intr` (`steps_done` so far; NULL:
+ * never) and records `pass` in *stop_at when it says stop, then the
+ * team meets at `bar`; returns whether the team stops here.  A stop
+ * recorded for a later pass (thread 0 may run a pass ahead of a thread
+ * still leaving this barrier) is never taken for this one, so every
+ * thread leaves at the same pass.  *stop_at starts at -1; >= 0 after
+ * the loop: it stopped.
+ */
+struct cs_interrupt;
+int
+cs_team_poll(const struct cs_interrupt *intr, long pass, long steps_done,
+             long *stop_at, cs_barrier *bar);
 
 /*
  * How long a thread spins at cs_barrier_wait before it sleeps, in
