@@ -43,25 +43,6 @@ const char cs_py_run_scheme_doc[] =
     "run did.  Use the package's schemes: this function assumes their\n"
     "tables.";
 
-
-/* Whether the buffer holds items of struct code `code` and `itemsize`
-   bytes in native byte order. */
-static int
-format_is(const Py_buffer *v, char code, Py_ssize_t itemsize)
-{
-    const unsigned int one = 1;
-    const int little = *(const unsigned char *)&one == 1;
-    const char *f = v->format;
-    if (f == NULL || v->itemsize != itemsize) {
-        return 0;
-    }
-    if (*f == '@' || *f == '=' || (*f == '<' && little)
-        || (*f == '>' && !little) || (*f == '!' && !little)) {
-        f++;
-    }
-    return f[0] == code && f[1] == '\0';
-}
-
 /*
  * A C-contiguous view of `obj` (the argument `name`, index i or -1) into
  * *view, of items of struct code `code` (itemsize bytes, aligned) and
@@ -88,7 +69,7 @@ get_view(PyObject *obj, Py_buffer *view, const char *name, Py_ssize_t i,
                      "contiguous)", what, type, Py_TYPE(obj)->tp_name);
         return -1;
     }
-    if (!format_is(view, code, itemsize)
+    if (!cs_py_format_is(view, code, itemsize)
         || (uintptr_t)view->buf % (uintptr_t)itemsize != 0) {
         PyErr_Format(PyExc_TypeError, "run_scheme: %s must be an aligned, "
                      "C-contiguous %s array in native byte order, not "

@@ -12,10 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Whether the buffer holds items of struct code `code` and `itemsize`
-   bytes in native byte order. */
-static int
-format_is(const Py_buffer *v, char code, Py_ssize_t itemsize)
+int
+cs_py_format_is(const Py_buffer *v, char code, Py_ssize_t itemsize)
 {
     const unsigned int one = 1;
     const int little = *(const unsigned char *)&one == 1;
@@ -59,7 +57,7 @@ get_view(const char *fn, PyObject *obj, Py_buffer *view, const char *name,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    if (!format_is(view, code, itemsize)
+    if (!cs_py_format_is(view, code, itemsize)
         || (uintptr_t)view->buf % (uintptr_t)itemsize != 0) {
         PyErr_Format(PyExc_TypeError, "%s: %s must be an aligned %s array "
                      "in native byte order, not format '%s'", fn, what, type,

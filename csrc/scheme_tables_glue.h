@@ -45,6 +45,11 @@ cs_py_read_scheme_tables(const char *fn, int ndim, Py_ssize_t k,
                          PyObject *updates_obj, PyObject *stages_obj,
                          cs_py_scheme_tables *t);
 
+/* Whether the buffer holds items of struct code `code` and `itemsize`
+   bytes in native byte order. */
+int
+cs_py_format_is(const Py_buffer *v, char code, Py_ssize_t itemsize);
+
 /* The shape tuple (1 to 3 ints >= 0) as 3 extents with leading 1s; its
    length, or -1 with ValueError naming `fn`. */
 int
