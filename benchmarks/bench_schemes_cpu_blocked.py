@@ -18,7 +18,6 @@ a drift of the machine's speed touches both; the median of each.
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -37,15 +36,8 @@ def timed(scheme, grids, params, outs, steps, plan, repeat):
     """Wall seconds of `repeat` calls under `plan` ("off" or "": the
     engine's own), after a warm-up, and the last call's record."""
     os.environ[BLOCK] = plan
-    cs.apply(grids, scheme, steps=steps, params=params, out=outs,
-             backend="cpu")
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        cs.apply(grids, scheme, steps=steps, params=params, out=outs,
-                 backend="cpu")
-        times.append(time.perf_counter() - t)
-    return times, cs.last_run_info()
+    return common.scheme_call_seconds(scheme, grids, params, outs, steps,
+                                      repeat)
 
 
 def main():

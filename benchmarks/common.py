@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -63,6 +64,21 @@ def median_step_loop(run, repeat):
         run()
         seconds.append(cs.last_run_info()["device_seconds"])
     return float(np.median(seconds)), cs.last_run_info()
+
+
+def scheme_call_seconds(scheme, grids, params, outs, steps, repeat):
+    """Wall seconds of `repeat` calls of apply(grids, scheme, steps=...,
+    params=..., out=outs, backend="cpu"), after one that warms the engine
+    up (its workspace and team), and the last call's run info."""
+    cs.apply(grids, scheme, steps=steps, params=params, out=outs,
+             backend="cpu")
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        cs.apply(grids, scheme, steps=steps, params=params, out=outs,
+                 backend="cpu")
+        times.append(time.perf_counter() - t)
+    return times, cs.last_run_info()
 
 
 def markdown_head(title, prov, text, columns):

@@ -355,7 +355,9 @@ const char cs_py_plan_scheme_cpu_doc[] =
     "fused_depth, fused_passes, unfused_steps, threads, and tiles,\n"
     "tile_rows and margins (along the first two axes of the grid as 3D,\n"
     "a 2D grid's leading 1 first: how many tiles, their largest extent,\n"
-    "the rows a tile loads beyond its own on each side).";
+    "the rows a tile loads beyond its own on each side), tile_bytes (one\n"
+    "thread's tile buffers; 0 for the whole-grid passes or a forced plan)\n"
+    "and tile_spills (they exceed the L2 budget the planner prices).";
 
 PyObject *
 cs_py_plan_scheme_cpu(PyObject *self, PyObject *args)
@@ -414,14 +416,16 @@ cs_py_plan_scheme_cpu(PyObject *self, PyObject *args)
     }
     const int blocked = plan.blocked && steps > 0;
     result = Py_BuildValue(
-        "{s:s,s:i,s:l,s:l,s:i,s:(nn),s:(nn),s:(nn)}",
+        "{s:s,s:i,s:l,s:l,s:i,s:(nn),s:(nn),s:(nn),s:d,s:O}",
         "path", blocked ? "scheme-blocked" : "scheme",
         "fused_depth", blocked ? plan.depth : 1,
         "fused_passes", blocked ? (steps + plan.depth - 1) / plan.depth : 0L,
         "unfused_steps", blocked ? 0L : steps, "threads", nt,
         "tiles", (Py_ssize_t)plan.count[0], (Py_ssize_t)plan.count[1],
         "tile_rows", (Py_ssize_t)plan.tile[0], (Py_ssize_t)plan.tile[1],
-        "margins", (Py_ssize_t)plan.margin[0], (Py_ssize_t)plan.margin[1]);
+        "margins", (Py_ssize_t)plan.margin[0], (Py_ssize_t)plan.margin[1],
+        "tile_bytes", blocked ? plan.tile_bytes : 0.0,
+        "tile_spills", blocked && plan.tile_spills ? Py_True : Py_False);
 
 exit:
     cs_py_scheme_tables_release(&tab);

@@ -32,6 +32,40 @@ def test_cpu_explains_bytes_and_flops_of_a_step():
     assert "scheme of u, v" in str(e)
 
 
+def test_cpu_model_prices_a_pass_as_its_bytes_plus_its_operations():
+    """The CPU scheme model (_model.scheme_cpu_time): a whole-grid step
+    costs its bytes plus its operations (the fit found them in sequence,
+    not overlapped); a blocked pass's operations cost more per point than
+    the whole grid's, and more again where its tiles spill from L2."""
+    from convstencil import _model
+    rates = _model.cpu_rates({"compute_scale": 1.0})
+    whole = dict(path="scheme", threads=1)
+    seconds, _, rows = _model.scheme_cpu_time(whole, (512, 512), 10, rates,
+                                              32.0, 30.0, 2, 0)
+    npts = 512.0 * 512
+    memory = npts * 32.0 / rates["scheme_bandwidth"]
+    ops = npts * 30.0 * rates["scheme_flop_seconds"]
+    assert rows[0].seconds == pytest.approx(
+        memory + ops + rates["scheme_step_seconds"])
+    assert seconds == pytest.approx(
+        rates["call_seconds"] + npts * 2 * rates["scheme_field_seconds"]
+        + 10 * rows[0].seconds)
+    blocked = dict(path="scheme-blocked", threads=1, fused_depth=10,
+                   fused_passes=1, tile_rows=(1, 64), margins=(0, 10),
+                   tile_spills=False)
+    kept = _model.scheme_cpu_time(blocked, (512, 512), 10, rates, 32.0,
+                                  30.0, 2, 0)[0]
+    spilled = _model.scheme_cpu_time(dict(blocked, tile_spills=True),
+                                     (512, 512), 10, rates, 32.0, 30.0, 2,
+                                     0)[0]
+    in_tiles = ops * 10 * (74.0 / 64.0)   # the margins' rows, half on average
+    assert spilled - kept == pytest.approx(
+        in_tiles * rates["scheme_blocked_flop_factor"]
+        * (rates["scheme_spill_factor"] - 1.0))
+    assert rates["scheme_blocked_flop_factor"] >= 1.0
+    assert rates["scheme_spill_factor"] > 1.0
+
+
 def test_gpu_plan_of_a_wave_is_streamed_on_an_h100():
     # the 2D wave under constant: streamed passes as deep as the kernel
     # holds, priced below the blocked and one-step passes

@@ -237,6 +237,11 @@ def test_the_planner_blocks_large_grids_and_not_small_ones(rng,
                                        steps=steps, threads=info["threads"])
         assert (info["path"], info["fused_depth"]) == (
             plan["path"], plan["fused_depth"]), steps
+        # a blocked plan says how much its tiles hold (explain() prices a
+        # tile that spills from L2 higher); the whole-grid passes none
+        assert isinstance(plan["tile_spills"], bool)
+        assert (plan["tile_bytes"] > 0) == (plan["path"] == "scheme-blocked")
+        assert plan["tile_bytes"] > 0 or not plan["tile_spills"]
     small = random_grids(rng, (64, 64), 2)
     cs.apply(small, gray_scott(2), steps=16, backend="cpu")
     assert cs.last_run_info()["path"] == "scheme"

@@ -363,6 +363,8 @@ cs_cpu_scheme_plan(const cs_scheme *s, const ptrdiff_t shape[3],
                 if (cost < best_cost) {
                     best_cost = cost;
                     p.blocked = 1;
+                    p.tile_bytes = bytes;
+                    p.tile_spills = bytes > CS_SCHEME_L2_BYTES;
                     *best = p;
                 }
                 break;   /* the first that fits: more tiles cost more */

@@ -25,6 +25,8 @@ typedef struct cs_scheme_cpu_plan {
     ptrdiff_t tile[2];
     ptrdiff_t count[2];
     ptrdiff_t margin[2];     /* rows a tile loads beyond its own, a side */
+    double tile_bytes;       /* one thread's tile buffers (0: not planned) */
+    int tile_spills;         /* they exceed the L2 budget the planner prices */
 } cs_scheme_cpu_plan;
 
 /*

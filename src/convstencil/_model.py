@@ -584,19 +584,26 @@ CPU_STORED = {
     # the scheme engine (csrc/cpu/scheme_cpu.c, scheme_blocked.c;
     # _model.scheme_cpu_time): its row kernels, one thread, an operation
     # of _explain._scheme_costs' count on one point; a whole-grid step's
-    # bytes with the team, and the barrier that ends it; the call's copy
-    # of the fields into its buffers and out (a point and field); blocked
-    # passes' loads and stores with the team, and a pass's start and end.
-    # Fitted on 2 cores to 78 calls (the wave in 2D and 3D, with a
-    # velocity field, Gray-Scott, heat with a source; 256^2 to 2048^2,
-    # 64^3 and 128^3; 1, 10 and 100 steps; both paths):
-    # benchmarks/results/cpu2_explain_schemes_blocked.md
-    "scheme_flop_seconds": 4.6e-11,
-    "scheme_bandwidth": 4.2e10,
-    "scheme_step_seconds": 1.0e-6,
-    "scheme_field_seconds": 2.3e-9,
-    "scheme_blocked_bandwidth": 1.46e10,
-    "scheme_pass_seconds": 1.3e-4,
+    # bytes with the team, and the barrier that ends it (the fit leaves
+    # nothing beyond the bytes); the call's copy of the fields into its
+    # buffers and out (a point and field); blocked passes' loads and
+    # stores with the team, a pass's start and end, a tile's operations
+    # against the whole grid's, and against those again where its
+    # buffers spill from L2 (plan_scheme_cpu's tile_spills).  A pass
+    # costs its bytes plus its operations: the fit put the two in
+    # sequence, not overlapped.  Fitted on 2 cores to 148 calls (the
+    # wave in 2D and 3D, with a velocity field, Gray-Scott, heat with a
+    # source; 256^2 and 2048^2, 64^3 and 128^3; 1 to 100 steps; the
+    # plan's path and the whole-grid passes forced), the quickest of 7
+    # calls: benchmarks/bench_explain_schemes_cpu.py --fit
+    "scheme_flop_seconds": 2.1e-11,
+    "scheme_bandwidth": 6.87e10,
+    "scheme_step_seconds": 0.0,
+    "scheme_field_seconds": 1.98e-9,
+    "scheme_blocked_bandwidth": 1.89e10,
+    "scheme_pass_seconds": 9.2e-5,
+    "scheme_blocked_flop_factor": 1.42,
+    "scheme_spill_factor": 1.64,
 }
 # Where the C allocator gives fresh pages every call (glibc's largest
 # mmap threshold)
@@ -808,13 +815,13 @@ def scheme_cpu_time(plan, shape, steps, rates, nbytes, flops, k, p):
     dict) for `steps` steps of a scheme of k fields and p parameter
     fields moving `nbytes` and doing `flops` useful operations a point
     and step in its whole-grid passes: (seconds, bound, [Pass]).  Each
-    pass costs its bytes or its operations, whichever take longer (the
-    row kernels at scheme_flop_seconds an operation on one thread, the
-    team sharing them): a whole-grid step its nbytes at
-    scheme_bandwidth, a blocked pass its tiles' loads (margins included)
-    and stores at scheme_blocked_bandwidth, its operations on the rows
-    the margins add too.  The whole-grid passes' call copies the fields
-    in and out; a step and a blocked pass each end at a barrier."""
+    pass costs its bytes plus its operations (the row kernels at
+    scheme_flop_seconds an operation on one thread, the team sharing
+    them): a whole-grid step its nbytes at scheme_bandwidth, a blocked
+    pass its tiles' loads (margins included) and stores at
+    scheme_blocked_bandwidth and its operations on the rows the margins
+    add too, at a tile's slower rate.  The whole-grid passes' call copies
+    the fields in and out; a blocked pass starts and ends its team."""
     npts = float(np.prod(shape))
     kc, km = rates["compute_scale"], rates["memory_scale"]
     share = 1.0 + (plan["threads"] - 1) * rates["thread_gain"]
@@ -824,8 +831,7 @@ def scheme_cpu_time(plan, shape, steps, rates, nbytes, flops, k, p):
     op = kc * npts * flops * rates["scheme_flop_seconds"] / share
     if plan["path"] == "scheme":
         memory = km * npts * nbytes / rates["scheme_bandwidth"]
-        step = (max(memory, op)
-                + kc * rates["scheme_step_seconds"])
+        step = memory + op + kc * rates["scheme_step_seconds"]
         copies = km * npts * k * rates["scheme_field_seconds"]
         seconds = call + copies + steps * step
         bound = "memory" if memory >= op else "FP64 units"
@@ -836,6 +842,10 @@ def scheme_cpu_time(plan, shape, steps, rates, nbytes, flops, k, p):
     for tile, margin in zip(plan["tile_rows"], plan["margins"]):
         computed *= (tile + margin) / tile   # shrinking: half on average
         loaded *= (tile + 2.0 * margin) / tile
+    # a tile's rows run slower than the whole grid's (shorter sweeps, the
+    # halo copies), and slower yet where its buffers spill from L2
+    tile_op = rates["scheme_blocked_flop_factor"] * (
+        rates["scheme_spill_factor"] if plan["tile_spills"] else 1.0)
     depth, passes = plan["fused_depth"], plan["fused_passes"]
     pass_bytes = 8.0 * ((k + p) * loaded + k)
     seconds, bound, rows = call, "memory", []
@@ -844,8 +854,8 @@ def scheme_cpu_time(plan, shape, steps, rates, nbytes, flops, k, p):
         if count <= 0:
             continue
         memory = km * npts * pass_bytes / rates["scheme_blocked_bandwidth"]
-        compute = op * computed * steps_now
-        one = max(memory, compute) + kc * rates["scheme_pass_seconds"]
+        compute = op * computed * steps_now * tile_op
+        one = memory + compute + kc * rates["scheme_pass_seconds"]
         bound = "memory" if memory >= compute else "FP64 units"
         seconds += count * one
         rows.append(Pass("blocked pass", "scheme-blocked", count, steps_now,
