@@ -48,3 +48,20 @@ def test_a_used_block_gives_the_result_of_a_fresh_one(mode, rng):
         want = reference(u, name, steps, mode)
         assert np.all(np.isfinite(got))
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_new_block_displaces_the_oldest(rng):
+    """Once the slots are full, the block a call gives back displaces the
+    one given longest ago: the run a user repeats after trying other
+    grids keeps its block, rather than taking fresh pages every call."""
+    cs.clear_cache()
+    for n in (100, 150, 200, 250, 300):   # more calls than slots
+        cs.apply(rng.random((n, n)), "heat2d", steps=3)
+    full = cs.cache_info()["host_bytes"]
+    cs.apply(rng.random((400, 400)), "heat2d", steps=3)
+    kept = cs.cache_info()["host_bytes"]
+    assert kept > full                     # 400^2's block kept
+    cs.apply(rng.random((400, 400)), "heat2d", steps=3)
+    assert cs.cache_info()["host_bytes"] == kept
+    cs.clear_cache()
+    assert cs.cache_info()["host_bytes"] == 0

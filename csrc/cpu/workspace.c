@@ -1,7 +1,11 @@
 /*
  * workspace.c -- the CPU engine's kept host blocks (workspace.h): a few
  * slots behind a spin lock (held for a few loads and stores; calls that
- * run at once from several threads each take their own block).
+ * run at once from several threads each take their own block).  A block
+ * given back displaces the blocks given longest ago where the limits
+ * would refuse it: the call just made is the likeliest to come again
+ * (a user who tried several grids, then runs one), and a block that is
+ * never kept costs its page faults on every call.
  */
 #define _GNU_SOURCE
 
@@ -13,10 +17,12 @@
 typedef struct slot {
     void *block;
     size_t size;
+    unsigned long given;     /* when it was given back (gives counted) */
 } slot;
 
 static slot slots[CS_CPU_WORKSPACE_SLOTS];
 static size_t kept_bytes;
+static unsigned long gives;
 static char lock_flag;
 
 static void
@@ -80,25 +86,60 @@ cs_cpu_workspace_take(size_t bytes, size_t *size)
     return block;
 }
 
+/* The kept slot given back longest ago, or -1 when none is kept. */
+static int
+oldest_slot(void)
+{
+    int oldest = -1;
+    for (int i = 0; i < CS_CPU_WORKSPACE_SLOTS; i++) {
+        if (slots[i].block != NULL
+            && (oldest < 0 || slots[i].given < slots[oldest].given)) {
+            oldest = i;
+        }
+    }
+    return oldest;
+}
+
 void
 cs_cpu_workspace_give(void *block, size_t size)
 {
     if (block == NULL) {
         return;
     }
+    void *displaced[CS_CPU_WORKSPACE_SLOTS];
+    int ndisplaced = 0;
     int kept = 0;
     lock();
-    if (kept_bytes + size <= limit()) {
-        for (int i = 0; i < CS_CPU_WORKSPACE_SLOTS && !kept; i++) {
-            if (slots[i].block == NULL) {
-                slots[i].block = block;
-                slots[i].size = size;
-                kept_bytes += size;
-                kept = 1;
+    if (size <= limit()) {
+        /* room: in bytes, then a free slot, the oldest blocks going */
+        int free_slot = -1;
+        for (;;) {
+            free_slot = -1;
+            for (int i = 0; i < CS_CPU_WORKSPACE_SLOTS; i++) {
+                if (slots[i].block == NULL) {
+                    free_slot = i;
+                    break;
+                }
             }
+            if (kept_bytes + size <= limit() && free_slot >= 0) {
+                break;
+            }
+            const int oldest = oldest_slot();
+            displaced[ndisplaced++] = slots[oldest].block;
+            kept_bytes -= slots[oldest].size;
+            slots[oldest].block = NULL;
+            slots[oldest].size = 0;
         }
+        slots[free_slot].block = block;
+        slots[free_slot].size = size;
+        slots[free_slot].given = ++gives;
+        kept_bytes += size;
+        kept = 1;
     }
     unlock();
+    for (int i = 0; i < ndisplaced; i++) {
+        free(displaced[i]);
+    }
     if (!kept) {
         free(block);
     }

@@ -34,8 +34,9 @@ extern "C" {
 void *
 cs_cpu_workspace_take(size_t bytes, size_t *size);
 
-/* Give a block back: kept for a later call where the limits allow, else
-   freed.  NULL is ignored. */
+/* Give a block back: kept for a later call, the blocks given longest ago
+   freed where the limits need the room; freed itself only when it alone
+   exceeds them.  NULL is ignored. */
 void
 cs_cpu_workspace_give(void *block, size_t size);
 
