@@ -42,7 +42,7 @@ SHAPES = {2: [(256, 256), (2048, 2048)], 3: [(64, 64, 64), (128, 128, 128)]}
 BLOCK = "CONVSTENCIL_CPU_SCHEME_BLOCK"
 LOW, HIGH = 0.75, 1.33
 # the rates --fit fits (_model.CPU_STORED, the scheme engine's)
-FIT_RATES = ("scheme_flop_seconds", "scheme_bandwidth",
+FIT_RATES = ("scheme_call_seconds", "scheme_flop_seconds", "scheme_bandwidth",
              "scheme_step_seconds", "scheme_field_seconds",
              "scheme_blocked_bandwidth", "scheme_pass_seconds",
              "scheme_blocked_flop_factor", "scheme_spill_factor")

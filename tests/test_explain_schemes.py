@@ -48,7 +48,8 @@ def test_cpu_model_prices_a_pass_as_its_bytes_plus_its_operations():
     assert rows[0].seconds == pytest.approx(
         memory + ops + rates["scheme_step_seconds"])
     assert seconds == pytest.approx(
-        rates["call_seconds"] + npts * 2 * rates["scheme_field_seconds"]
+        rates["scheme_call_seconds"]
+        + npts * 2 * rates["scheme_field_seconds"]
         + 10 * rows[0].seconds)
     blocked = dict(path="scheme-blocked", threads=1, fused_depth=10,
                    fused_passes=1, tile_rows=(1, 64), margins=(0, 10),

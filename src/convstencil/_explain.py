@@ -576,9 +576,9 @@ def _explain_scheme_cpu(shape, scheme, mode, steps, rates, nbytes, flops,
                " x ".join(str(n) for n in plan["tile_rows"]),
                " and ".join(str(m) for m in plan["margins"])))
     fields["notes"].append("the CPU scheme engine's time is modelled as "
-                           "its bytes or its operations, whichever take "
-                           "longer, a pass at a time, plus the whole-grid "
-                           "passes' copies in and out; fitted on 2 cores "
+                           "a pass's bytes plus its operations, a pass at "
+                           "a time, plus the whole-grid passes' copies in "
+                           "and out; fitted on 2 cores "
                            "(benchmarks/bench_explain_schemes_cpu.py)")
     return fields
 

@@ -582,8 +582,10 @@ CPU_STORED = {
     # allocator maps one of 32 MiB or more afresh each call), per byte
     "fresh_seconds_per_byte": 1.0e-10,
     # the scheme engine (csrc/cpu/scheme_cpu.c, scheme_blocked.c;
-    # _model.scheme_cpu_time): its row kernels, one thread, an operation
-    # of _explain._scheme_costs' count on one point; a whole-grid step's
+    # _model.scheme_cpu_time): a call's fixed cost (the scheme's checks
+    # and tables; a 16^2 grid's call takes 35 to 70 us), its row
+    # kernels, one thread, an operation of _explain._scheme_costs' count
+    # on one point; a whole-grid step's
     # bytes with the team, and the barrier that ends it (the fit leaves
     # nothing beyond the bytes); the call's copy of the fields into its
     # buffers and out (a point and field); blocked passes' loads and
@@ -591,19 +593,21 @@ CPU_STORED = {
     # against the whole grid's, and against those again where its
     # buffers spill from L2 (plan_scheme_cpu's tile_spills).  A pass
     # costs its bytes plus its operations: the fit put the two in
-    # sequence, not overlapped.  Fitted on 2 cores to 148 calls (the
+    # sequence, not overlapped.  Fitted on 2 cores to 61 calls (the
     # wave in 2D and 3D, with a velocity field, Gray-Scott, heat with a
     # source; 256^2 and 2048^2, 64^3 and 128^3; 1 to 100 steps; the
-    # plan's path and the whole-grid passes forced), the quickest of 7
-    # calls: benchmarks/bench_explain_schemes_cpu.py --fit
-    "scheme_flop_seconds": 2.1e-11,
-    "scheme_bandwidth": 6.87e10,
+    # plan's path, and the whole-grid passes where it blocks), the
+    # quickest of 5 calls: benchmarks/bench_explain_schemes_cpu.py
+    # --whole --fit --steps 1,3,10,30,100
+    "scheme_call_seconds": 5.6e-5,
+    "scheme_flop_seconds": 1.91e-11,
+    "scheme_bandwidth": 6.29e10,
     "scheme_step_seconds": 0.0,
-    "scheme_field_seconds": 1.98e-9,
-    "scheme_blocked_bandwidth": 1.89e10,
-    "scheme_pass_seconds": 9.2e-5,
-    "scheme_blocked_flop_factor": 1.42,
-    "scheme_spill_factor": 1.64,
+    "scheme_field_seconds": 1.89e-9,
+    "scheme_blocked_bandwidth": 2.0e10,
+    "scheme_pass_seconds": 4.4e-5,
+    "scheme_blocked_flop_factor": 1.67,
+    "scheme_spill_factor": 1.63,
 }
 # Where the C allocator gives fresh pages every call (glibc's largest
 # mmap threshold)
@@ -825,7 +829,7 @@ def scheme_cpu_time(plan, shape, steps, rates, nbytes, flops, k, p):
     npts = float(np.prod(shape))
     kc, km = rates["compute_scale"], rates["memory_scale"]
     share = 1.0 + (plan["threads"] - 1) * rates["thread_gain"]
-    call = kc * rates["call_seconds"]
+    call = kc * rates["scheme_call_seconds"]
     if steps == 0:
         return call, "memory", []
     op = kc * npts * flops * rates["scheme_flop_seconds"] / share
