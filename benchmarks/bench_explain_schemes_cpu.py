@@ -11,12 +11,12 @@ fraction (measured / predicted) within 0.75 to 1.33 (on the GPU: 25%).
 The process first settles explain()'s compute scale (its readings 2 s
 apart, the fastest kept, as a process's first predictions do) and warms
 the engine up.  A case whose fraction is above 1.33 is measured again,
-up to --attempts times in all, 1 s apart, and the quietest attempt
+up to --attempts times in all, after 1, 2, 4 ... s, and the quietest attempt
 counts: a virtual machine's host may slow it for seconds (noise only
 slows a call); the table says how many attempts each case took.
 
     python benchmarks/bench_explain_schemes_cpu.py [--repeat 5]
-        [--steps 1,10,100] [--attempts 3] [--save NAME]
+        [--steps 1,10,100] [--attempts 4] [--save NAME]
         [--whole] [--fit]
 
 --whole also measures each case under the whole-grid passes
@@ -106,7 +106,7 @@ def measure(scheme, pnames, shape, steps, args, rng):
             best = dict(wall_seconds=got, quickest_seconds=min(times))
         if got / predicted <= HIGH:
             break
-        time.sleep(1.0)
+        time.sleep(2.0 ** (attempt - 1))
     nbytes, flops = _explain._scheme_costs(scheme)
     return dict(best, predicted_seconds=predicted,
                 fraction=best["wall_seconds"] / predicted, attempts=attempt,
@@ -146,7 +146,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--steps", default="1,10,100")
-    parser.add_argument("--attempts", type=int, default=3)
+    parser.add_argument("--attempts", type=int, default=4)
     parser.add_argument("--save", default="")
     parser.add_argument("--whole", action="store_true")
     parser.add_argument("--fit", action="store_true")
