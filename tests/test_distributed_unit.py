@@ -241,29 +241,44 @@ def test_cost_model_overlap_choice(monkeypatch):
 
 
 def test_device_model_prices_the_engine_plan():
-    """Device blocks: each round's engine call is priced with the engine's
-    own plan (explain()'s model) plus the load and store of the block, so
-    k avoids a remainder step of its own and goes past the host's 64 on a
-    large block, where those two passes dominate the exchange."""
-    from convstencil import _model
+    """Device blocks: each round's engine call is priced with the plan of
+    the path the engine runs (_backends.gpu_run_model: for heat2d on an
+    H100, the CUDA cores' passes of 8 steps, not the tensor cores' of 3)
+    plus the load and store of the block, so k goes past the host's 64 on
+    a large block, where those two passes dominate the exchange; and k
+    avoids a round that ends in a pass shallower than the engine's depth
+    (on the H100 such rounds ran 12 to 16% slower a step:
+    benchmarks/results/h100_session_rounds.md)."""
+    from convstencil import _backends, _model
     w = convstencil.Stencil("heat2d").weights
-    engine = (w, "wrap")
+    engine = (w, "wrap", "cuda")
     sides = [(1, 2), (0, 0)]
+    shape = (10240, 10240)
+    path, cc_major, cap, smem = _backends.gpu_run_model(
+        "cuda", (10240 + 128, 10240), w, "wrap", 64)
+    assert path == _model.auto_gpu_path((10240 + 128, 10240), w, "wrap", 64,
+                                        cc_major, cap, smem)
+    depth = _model.gpu_plan((10240 + 128, 10240), w, "wrap", 64,
+                            path)["fused_depth"]
+    assert depth > 1
+    assert not _plan.has_tail_pass(shape, sides, 8 * depth, engine)
+    assert _plan.has_tail_pass(shape, sides, 8 * depth + 1, engine)
+    assert not _plan.has_tail_pass(shape, sides, 1, engine)
 
     def per_step(k):
-        return _plan.predicted_step_seconds((10240, 10240), sides, k, 5,
-                                            True, engine=engine)
-
-    depth = _model.gpu_plan((10366, 10240), w, "wrap", 63,
-                            "auto")["fused_depth"]
-    assert depth == 3
-    assert per_step(63) < per_step(64)  # 64 = 21 x 3 + a step alone
-    assert per_step(63) < per_step(16) < per_step(1)
+        return _plan.predicted_step_seconds(shape, sides, k, 5, True,
+                                            engine=engine)
+    assert per_step(8 * depth) < per_step(depth) < per_step(1)
     gpu = csd.DistributedGrid(None, (20480, 10240), _partition.split(
         (20480, 10240), (2, 1)), _Comm(0, 2), True)
-    _, k = _plan.make_plan(gpu, (3, 3), "wrap", 1000, None, 5, weights=w)
-    assert k > 64 and k % depth == 0
-    assert k <= _plan.MAX_AUTO_HALO_STEPS_DEVICE
+    for steps in (1000, 600, 601):
+        _, k = _plan.make_plan(gpu, (3, 3), "wrap", steps, None, 5,
+                               weights=w)
+        assert k > 64 and k % depth == 0, (steps, k)
+        assert k <= _plan.MAX_AUTO_HALO_STEPS_DEVICE
+    # a forced path prices its own plan
+    assert _backends.gpu_run_model("cuda-tc", (64, 64), w, "wrap",
+                                   10)[0] == "tensor-core"
     # the host model is untouched by weights: host blocks stop at 64
     _, k_host = _plan.make_plan(_grid((20480, 10240), (2, 1), 0), (3, 3),
                                 "wrap", 1000, None, 5, weights=w)

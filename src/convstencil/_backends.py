@@ -117,6 +117,24 @@ def cuda_image_arch():
     return caps["image_arch"] if caps else 90
 
 
+def gpu_run_model(name, shape, w, mode, steps):
+    """What the performance model prices for a run of backend `name` (a
+    CUDA one) in the engine's own layout: (path name, cc_major,
+    max_depth, smem_optin), the path gpu_path gives the engine ("cuda":
+    _model.auto_gpu_path's, the others their own) and the device and
+    depth cap its plan takes."""
+    env = os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", "")
+    cap = int(env) if env.isdigit() else 0
+    cc_major, smem_optin = cuda_plan_device()
+    if name == "cuda":
+        path = _model.auto_gpu_path(shape, w, mode, steps, cc_major, cap,
+                                    smem_optin)
+    else:
+        code = BACKEND_CODES[name][1]
+        path = next(p for p, c in _engine.PATH_CODES.items() if c == code)
+    return path, cc_major, cap, smem_optin
+
+
 def gpu_path(name, shape, w, mode, steps, device_arrays=False):
     """The engine's path code for a run of backend `name` (a CUDA one):
     "cuda" takes the path _model.auto_gpu_path predicts fastest for this
@@ -130,12 +148,7 @@ def gpu_path(name, shape, w, mode, steps, device_arrays=False):
         return BACKEND_CODES[name][1]
     if device_arrays and steps == 1:
         return _engine.PATH_CODES["auto"]
-    env = os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", "")
-    cap = int(env) if env.isdigit() else 0
-    cc_major, smem_optin = cuda_plan_device()
-    path = _model.auto_gpu_path(shape, w, mode, steps, cc_major, cap,
-                                smem_optin)
-    return _engine.PATH_CODES[path]
+    return _engine.PATH_CODES[gpu_run_model(name, shape, w, mode, steps)[0]]
 
 
 def resolve_host_backend(backend, ndim, weights):

@@ -17,7 +17,7 @@ import numbers
 
 import numpy as np
 
-from .. import _model
+from .. import _backends, _model
 from . import _overlap, _partition
 
 # Largest k the cost model considers: deeper halos only grow the padding.
@@ -153,12 +153,13 @@ def _overlap_choices(d, overlap):
 
 
 def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
-              self_exchange=False, overlap=False, weights=None):
+              self_exchange=False, overlap=False, weights=None,
+              backend="cuda"):
     """The plan, the same on every rank; ValueError where no k fits.
     `overlap`: True, False or None (the cost model decides, with k where
     halo_steps is None); the plan's `overlap` says what runs.  `weights`
     (the kernel, for device blocks) lets the model price the engine's own
-    plan for each k."""
+    plan for each k, on the path `backend` (a CUDA one) runs."""
     halo_steps = _check_halo_steps(halo_steps)
     overlaps = _overlap_choices(d, _check_overlap(overlap))
     radii = tuple((s - 1) // 2 for s in weights_shape)
@@ -182,7 +183,8 @@ def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
         k = max(1, min(halo_steps, k_max, max(steps, 1)))
     deepest = (MAX_AUTO_HALO_STEPS_DEVICE if d.on_device
                else MAX_AUTO_HALO_STEPS)
-    engine = (weights, mode) if d.on_device and weights is not None else None
+    engine = ((weights, mode, backend) if d.on_device and weights is not None
+              else None)
     k, chosen = choose_halo_steps(d, radii, ghosted, min(k_max, deepest),
                                   steps, taps, overlaps, k, engine)
     plan = HaloPlan(d, radii, ghosted, periodic, k)
@@ -263,6 +265,31 @@ def _overlap_compute(shape, depth_sides, k, taps, cost):
     return inner, edge
 
 
+def _engine_round(padded, k, engine):
+    """(seconds, plan) of the engine's k steps on the padded block: the
+    plan of the path the engine runs (_backends.gpu_run_model) priced by
+    the performance model (explain()'s)."""
+    weights, mode, backend = engine
+    path, cc_major, cap, smem = _backends.gpu_run_model(
+        backend, tuple(padded), weights, mode, k)
+    seconds, _, _, plan = _model.predict_gpu(tuple(padded), weights, mode, k,
+                                             path, cap, None, cc_major, smem)
+    return seconds, plan
+
+
+def has_tail_pass(shape, depth_sides, k, engine):
+    """Whether the engine runs k steps on the padded block with a pass
+    shallower than its fused depth.  On one H100 such a round ran 12 to
+    16% slower a step than rounds of a multiple of the depth (heat2d:
+    60 steps at depth 8 against 64; heat3d: 8 and 16 at depth 3 against
+    6 and 15; benchmarks/results/h100_session_rounds.md), more than the
+    model prices the shallow pass."""
+    padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
+    plan = _engine_round(padded, k, engine)[1]
+    depth = int(plan.get("fused_depth") or 1)
+    return k > depth and k % depth != 0
+
+
 def _device_round_seconds(padded, depth_sides, k, engine):
     """A device round's k steps on the padded block: the engine's plan
     for them priced by the performance model (explain()'s) and the
@@ -270,8 +297,7 @@ def _device_round_seconds(padded, depth_sides, k, engine):
     for the run (_run.py), so a round also packs and unpacks its slabs
     (the session's rows are padded); a 1D block's round is an engine call
     of its own, which loads and stores the block."""
-    weights, mode = engine
-    seconds = _model.predict_gpu(tuple(padded), weights, mode, k, "auto")[0]
+    seconds = _engine_round(padded, k, engine)[0]
     if len(padded) > 1:
         sides = sum(s for _, s in depth_sides)
         return seconds + _COSTS[True]["call"] + 2 * sides * COPY_SECONDS
@@ -292,7 +318,8 @@ def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
     `overlap`, the first exchanging axis's messages fly while the
     interior runs (the round waits for the longer of the two), then the
     other axes' exchanges and the strips' calls.  `engine` ((weights,
-    mode), device blocks): price the call with the engine's own plan
+    mode, backend), device blocks): price the call with the engine's own
+    plan
     (fused passes, a remainder step where k is not a multiple of the
     fused depth) instead of a cost per tap."""
     cost = _COSTS[on_device]
@@ -333,11 +360,17 @@ def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
     The model prices steady rounds; where the engine's plan prices device
     rounds (`engine`), the whole run: the rounds an engine session runs,
     then what remains of `steps` as a call of its own, which loads and
-    stores the block (so k that divide `steps` gain)."""
+    stores the block (so k that divide `steps` gain); and a k whose round
+    ends in a pass shallower than the engine's depth is left out where
+    another is not (has_tail_pass)."""
     sides = [(r, 2 if g else 0) for r, g in zip(radii, ghosted)]
     k_max = max(1, min(k_max, max(steps, 1)))
     shape = [max(e) for e in d.extents]
     ks = [k] if k is not None else candidate_halo_steps(k_max)
+    if engine is not None and k is None:
+        whole = [kk for kk in ks
+                 if not has_tail_pass(shape, sides, kk, engine)]
+        ks = whole or ks
 
     def cost(kk, ov):
         per_step = predicted_step_seconds(shape, sides, kk, taps,

@@ -124,7 +124,7 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     w, steps, mode, cval, name, transport = args
     taps = int(np.count_nonzero(w))
     plan, k = agree(comm, _plan.make_plan, d, w.shape, mode, steps,
-                    halo_steps, taps, self_exchange, overlap, w)
+                    halo_steps, taps, self_exchange, overlap, w, name)
     pads = agree(comm, _padded, d, plan)
     link = _transport.open_transport(transport, comm, plan, d.on_device,
                                      d.device)
