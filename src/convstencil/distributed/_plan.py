@@ -13,6 +13,7 @@ other than "wrap" get no ghost: the engine applies the real mode there.
 Reflect, mirror and nearest read at most r cells inward of that edge,
 which stay exact while the block's other side has its ghost layers.
 """
+import functools
 import numbers
 
 import numpy as np
@@ -270,10 +271,25 @@ def _engine_round(padded, k, engine):
     plan of the path the engine runs (_backends.gpu_run_model) priced by
     the performance model (explain()'s)."""
     weights, mode, backend = engine
+    padded = tuple(int(n) for n in padded)
     path, cc_major, cap, smem = _backends.gpu_run_model(
-        backend, tuple(padded), weights, mode, k)
-    seconds, _, _, plan = _model.predict_gpu(tuple(padded), weights, mode, k,
-                                             path, cap, None, cc_major, smem)
+        backend, padded, weights, mode, k)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    return _priced_round(padded, int(k), w.tobytes(), w.shape, mode, path,
+                         cap, cc_major, smem)
+
+
+@functools.lru_cache(maxsize=1024)
+def _priced_round(padded, k, wbytes, wshape, mode, path, cap, cc_major,
+                  smem):
+    """_engine_round's price, kept: a plan weighs some 40 k, each priced
+    twice, at about 2 ms a price (the model's pass segments), and a run
+    that priced them afresh at every apply() paid 0.16 s a call (weak
+    heat2d on 2 H200s, 600 steps: 0.40 ms a step against 0.13 with the
+    same k forced; benchmarks/results/h200x2_multigpu_k.md)."""
+    w = np.frombuffer(wbytes, dtype=np.float64).reshape(wshape)
+    seconds, _, _, plan = _model.predict_gpu(padded, w, mode, k, path, cap,
+                                             None, cc_major, smem)
     return seconds, plan
 
 
