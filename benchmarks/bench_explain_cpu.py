@@ -109,7 +109,7 @@ def fit(rows):
     a fresh result.  Rows of one thread and of a team both belong in the
     fit (--threads 1 measures the first)."""
     from scipy.optimize import least_squares
-    rates = _model.cpu_rates({"compute_scale": 1.0})
+    rates = _model.cpu_rates({"compute_scale": 1.0, "memory_scale": 1.0})
     keys = [(k, d) for k in ("setup_seconds", "point_seconds",
                              "ring_point_seconds", "spill_factor")
             for d in (1, 2, 3)]
@@ -211,6 +211,7 @@ def main():
     meta = common.provenance("%s, %d cores" % (
         common.cpu_name(), len(os.sched_getaffinity(0))))
     meta["compute_scale"] = scale
+    meta["memory_scale"] = _model.cpu_memory_scale()
     text = markdown(meta, rows, args)
     print(text)
     if args.save:

@@ -38,7 +38,7 @@ def test_cpu_model_prices_a_pass_as_its_bytes_plus_its_operations():
     not overlapped); a blocked pass's operations cost more per point than
     the whole grid's, and more again where its tiles spill from L2."""
     from convstencil import _model
-    rates = _model.cpu_rates({"compute_scale": 1.0})
+    rates = _model.cpu_rates({"compute_scale": 1.0, "memory_scale": 1.0})
     whole = dict(path="scheme", threads=1)
     seconds, _, rows = _model.scheme_cpu_time(whole, (512, 512), 10, rates,
                                               32.0, 30.0, 2, 0)

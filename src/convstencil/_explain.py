@@ -263,9 +263,9 @@ def _explain_cpu(shape, w, mode, steps, rates, fresh_out=True):
                      0 if fused else steps, passes, cost.seconds,
                      cost.bound)
     fields.update(device="this CPU, %d of %d thread(s): the rates of a "
-                  "2-core Xeon, compute x %.2f (measured)" % (
-                      plan["threads"], rates["threads"],
-                      rates["compute_scale"]),
+                  "2-core Xeon, compute x %.2f, memory x %.2f (measured)"
+                  % (plan["threads"], rates["threads"],
+                     rates["compute_scale"], rates["memory_scale"]),
                   device_assumed=False, pass_kind=plan["path"],
                   band="none", transfer_seconds=None, threads=plan["threads"])
     fields["alternatives"] = [
@@ -340,8 +340,8 @@ def explain(grid_or_shape, stencil=None, *, weights=None, steps=1,
     `rates` overrides the model's rates (GPU: "bandwidth",
     "tensor_flops", "fp64_flops", "smem_rate", "h2d", "d2h",
     "launch_seconds"; CPU: the keys of _model.CPU_STORED,
-    "compute_scale" (skips its measurement) and "threads", the team the
-    engine's plan is made for).
+    "compute_scale" and "memory_scale" (skip their measurement) and
+    "threads", the team the engine's plan is made for).
 
     Returns an Explanation: path, fused_depth, bytes_per_point_per_step,
     flops_per_point_per_step (useful: 2 x the nonzero taps),
@@ -564,8 +564,9 @@ def _explain_scheme_cpu(shape, scheme, mode, steps, rates, nbytes, flops,
                      plan["fused_depth"], plan["fused_passes"],
                      plan["unfused_steps"], rows, seconds, bound)
     fields.update(device="this CPU, %d thread(s): the rates of a 2-core "
-                  "Xeon, compute x %.2f (measured)" % (
-                      plan["threads"], rates["compute_scale"]),
+                  "Xeon, compute x %.2f, memory x %.2f (measured)" % (
+                      plan["threads"], rates["compute_scale"],
+                      rates["memory_scale"]),
                   device_assumed=False, pass_kind=plan["path"], band=None,
                   transfer_seconds=None)
     if plan["path"] == "scheme-blocked":
@@ -605,7 +606,8 @@ def _predicted_cached(shape, wbytes, wshape, mode, steps, backend, path,
         if backend == "cpu":
             # each engine call as it ran: its steps, on the threads it
             # had (the plan for that many is the one it ran)
-            rates = _model.cpu_rates({"compute_scale": cpu_scale})
+            rates = _model.cpu_rates({"compute_scale": cpu_scale[0],
+                                      "memory_scale": cpu_scale[1]})
             return sum(_model.cpu_time(
                 _model.cpu_plan(shape, w, mode, n, threads), shape, n,
                 rates, fresh).seconds for n in calls)
@@ -618,9 +620,10 @@ def add_prediction(info, model_args):
     """Add predicted_seconds and fraction_of_prediction (measured time /
     predicted) to a copy of a run's record."""
     shape, w, mode, steps, backend, fresh, calls = model_args
-    # the CPU's compute scale is part of the key: it may still settle
-    # (_model.measure_cpu_scale)
-    cpu_scale = _model.measure_cpu_scale() if backend == "cpu" else None
+    # the CPU's compute and memory scales are part of the key: they may
+    # still settle (_model.measure_cpu_scale)
+    cpu_scale = ((_model.measure_cpu_scale(), _model.cpu_memory_scale())
+                 if backend == "cpu" else None)
     predicted = _predicted_cached(shape, w.tobytes(), w.shape, mode, steps,
                                   backend, info.get("path"),
                                   _max_depth(None),
