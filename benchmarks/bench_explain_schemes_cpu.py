@@ -119,10 +119,10 @@ def measure(scheme, pnames, shape, steps, args, rng):
 def fit(records, scale):
     """The scheme rates that fit the records' quickest calls best (least
     squares on the log of the fraction, soft outliers), in this
-    process's compute and memory scales; and the fractions they leave."""
+    process's compute scale (the scheme model takes no memory scale);
+    and the fractions they leave."""
     from scipy.optimize import least_squares
-    rates = _model.cpu_rates({"compute_scale": scale,
-                              "memory_scale": _model.cpu_memory_scale()})
+    rates = _model.cpu_rates({"compute_scale": scale})
 
     def trial(x):
         return dict(rates, **dict(zip(FIT_RATES, np.exp(x))))
@@ -155,8 +155,8 @@ def main():
     steps_list = [int(s) for s in args.steps.split(",")]
     kept = os.environ.pop(BLOCK, None)
     scale = settle()
-    print("this machine's compute scale against the stored one: %.3f, "
-          "memory scale %.3f" % (scale, _model.cpu_memory_scale()))
+    print("this machine's compute scale against the stored one: %.3f"
+          % scale)
     rng = np.random.default_rng(7)
     prov = common.provenance(common.cpu_name())
     records, rows = [], []

@@ -564,9 +564,8 @@ def _explain_scheme_cpu(shape, scheme, mode, steps, rates, nbytes, flops,
                      plan["fused_depth"], plan["fused_passes"],
                      plan["unfused_steps"], rows, seconds, bound)
     fields.update(device="this CPU, %d thread(s): the rates of a 2-core "
-                  "Xeon, compute x %.2f, memory x %.2f (measured)" % (
-                      plan["threads"], rates["compute_scale"],
-                      rates["memory_scale"]),
+                  "Xeon, compute x %.2f (measured)" % (
+                      plan["threads"], rates["compute_scale"]),
                   device_assumed=False, pass_kind=plan["path"], band=None,
                   transfer_seconds=None)
     if plan["path"] == "scheme-blocked":
