@@ -720,9 +720,10 @@ def _memory_reading(compute_scale):
     """One reading of the memory scale: the probe's call (the engine's
     own choice of path and team), the median of nine after one that maps
     its pages (back to back, such calls took 3.7 to 6.3 ms on the 2-core
-    machine: a virtual machine's memory is shared), against the model's price of that call with memory_scale
-    1, its memory part alone scaled; 1.0 where the model prices no
-    memory for it (a machine whose caches hold the probe)."""
+    machine: a virtual machine's memory is shared), against the model's
+    price of that call with memory_scale 1, its memory part alone
+    scaled; 1.0 where the model prices no memory for it (a machine whose
+    caches hold the probe)."""
     w = np.array([0.25, 0.5, 0.25])
     u = np.full(CPU_MEMORY_PROBE_POINTS, 0.5)
     out = np.empty_like(u)
