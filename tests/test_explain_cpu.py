@@ -178,3 +178,8 @@ def test_memory_reading_prices_the_probe(monkeypatch):
         monkeypatch.setattr(_model, "_median_seconds",
                             lambda fn, repeat, m=measured: m)
         assert _model._memory_reading(1.0) == pytest.approx(want)
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+    monkeypatch.setattr(_model.np, "full", no_memory)
+    assert _model._memory_reading(1.0) == 1.0

@@ -723,10 +723,14 @@ def _memory_reading(compute_scale):
     machine: a virtual machine's memory is shared), against the model's
     price of that call with memory_scale 1, its memory part alone
     scaled; 1.0 where the model prices no memory for it (a machine whose
-    caches hold the probe)."""
+    caches hold the probe) or where the probe's 64 MiB are not to be
+    had (a prediction does not fail for want of its probe)."""
     w = np.array([0.25, 0.5, 0.25])
-    u = np.full(CPU_MEMORY_PROBE_POINTS, 0.5)
-    out = np.empty_like(u)
+    try:
+        u = np.full(CPU_MEMORY_PROBE_POINTS, 0.5)
+        out = np.empty_like(u)
+    except MemoryError:
+        return 1.0
     record = {}
 
     def run():

@@ -335,9 +335,8 @@ def predicted_step_seconds(shape, depth_sides, k, taps, on_device,
     interior runs (the round waits for the longer of the two), then the
     other axes' exchanges and the strips' calls.  `engine` ((weights,
     mode, backend), device blocks): price the call with the engine's own
-    plan
-    (fused passes, a remainder step where k is not a multiple of the
-    fused depth) instead of a cost per tap."""
+    plan (fused passes, a remainder step where k is not a multiple of
+    the fused depth) instead of a cost per tap."""
     cost = _COSTS[on_device]
     padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
     exchange = _exchange_seconds(padded, depth_sides, k, cost)
