@@ -662,22 +662,22 @@ def cpu_threads():
         return os.cpu_count() or 1
 
 
-def _min_seconds(fn, repeat):
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def _median_seconds(fn, repeat):
+def _call_seconds(fn, repeat):
+    """Wall seconds of each of `repeat` calls of fn()."""
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return times
+
+
+def _min_seconds(fn, repeat):
+    return min(_call_seconds(fn, repeat))
+
+
+def _median_seconds(fn, repeat):
+    return float(np.median(_call_seconds(fn, repeat)))
 
 
 def _step_scale():
@@ -899,17 +899,17 @@ def scheme_cpu_time(plan, shape, steps, rates, nbytes, flops, k, p):
     add too, at a tile's slower rate.  The whole-grid passes' call copies
     the fields in and out; a blocked pass starts and ends its team."""
     npts = float(np.prod(shape))
-    # the stored rates of bytes as fitted (no memory scale: CPU_STORED)
-    kc, km = rates["compute_scale"], 1.0
+    # the stored rates of bytes as fitted: no memory scale (CPU_STORED)
+    kc = rates["compute_scale"]
     share = 1.0 + (plan["threads"] - 1) * rates["thread_gain"]
     call = kc * rates["scheme_call_seconds"]
     if steps == 0:
         return call, "memory", []
     op = kc * npts * flops * rates["scheme_flop_seconds"] / share
     if plan["path"] == "scheme":
-        memory = km * npts * nbytes / rates["scheme_bandwidth"]
+        memory = npts * nbytes / rates["scheme_bandwidth"]
         step = memory + op + kc * rates["scheme_step_seconds"]
-        copies = km * npts * k * rates["scheme_field_seconds"]
+        copies = npts * k * rates["scheme_field_seconds"]
         seconds = call + copies + steps * step
         bound = "memory" if memory >= op else "FP64 units"
         row = Pass("step", "scheme", steps, 1, nbytes, flops, flops,
@@ -930,7 +930,7 @@ def scheme_cpu_time(plan, shape, steps, rates, nbytes, flops, k, p):
                              (1, steps - (passes - 1) * depth)):
         if count <= 0:
             continue
-        memory = km * npts * pass_bytes / rates["scheme_blocked_bandwidth"]
+        memory = npts * pass_bytes / rates["scheme_blocked_bandwidth"]
         compute = op * computed * steps_now * tile_op
         one = memory + compute + kc * rates["scheme_pass_seconds"]
         bound = "memory" if memory >= compute else "FP64 units"
