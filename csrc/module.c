@@ -100,31 +100,59 @@ check_arrays(PyArrayObject *grid, PyArrayObject *weights, PyArrayObject *out)
     return check_weights(weights);
 }
 
+/* The record's keys, made once (interned) at import: a scheme's loop of
+   small calls pays for the record at every call. */
+enum { INFO_BACKEND, INFO_PATH, INFO_FUSED_DEPTH, INFO_FUSED_PASSES,
+       INFO_UNFUSED_STEPS, INFO_THREADS, INFO_DEVICE_SECONDS,
+       INFO_NONFINITE, INFO_KEYS };
+static const char *const info_key_names[INFO_KEYS] = {
+    "backend", "path", "fused_depth", "fused_passes", "unfused_steps",
+    "threads", "device_seconds", "nonfinite"};
+static PyObject *info_keys[INFO_KEYS];
+
+static int
+info_keys_init(void)
+{
+    for (int i = 0; i < INFO_KEYS; i++) {
+        info_keys[i] = PyUnicode_InternFromString(info_key_names[i]);
+        if (info_keys[i] == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyObject *
 cs_py_info_to_dict(const cs_run_info *info)
 {
-    PyObject *seconds = Py_None;
+    PyObject *values[INFO_KEYS];
+    values[INFO_BACKEND] = PyUnicode_FromString(info->backend ? info->backend
+                                                              : "");
+    values[INFO_PATH] = PyUnicode_FromString(info->path ? info->path : "");
+    values[INFO_FUSED_DEPTH] = PyLong_FromLong(info->fused_depth);
+    values[INFO_FUSED_PASSES] = PyLong_FromLong(info->fused_passes);
+    values[INFO_UNFUSED_STEPS] = PyLong_FromLong(info->unfused_steps);
+    values[INFO_THREADS] = PyLong_FromLong(info->threads);
     if (info->device_seconds >= 0.0) {
-        seconds = PyFloat_FromDouble(info->device_seconds);
-        if (seconds == NULL) {
-            return NULL;
-        }
+        values[INFO_DEVICE_SECONDS] = PyFloat_FromDouble(info->device_seconds);
     } else {
         Py_INCREF(Py_None);
+        values[INFO_DEVICE_SECONDS] = Py_None;
     }
-    PyObject *nonfinite = info->nonfinite < 0 ? Py_None
-                          : info->nonfinite ? Py_True : Py_False;
-    Py_INCREF(nonfinite);
-    /* N: the dict takes over the references */
-    return Py_BuildValue("{s:s,s:s,s:i,s:l,s:l,s:i,s:N,s:N}",
-                         "backend", info->backend ? info->backend : "",
-                         "path", info->path ? info->path : "",
-                         "fused_depth", info->fused_depth,
-                         "fused_passes", info->fused_passes,
-                         "unfused_steps", info->unfused_steps,
-                         "threads", info->threads,
-                         "device_seconds", seconds,
-                         "nonfinite", nonfinite);
+    values[INFO_NONFINITE] = info->nonfinite < 0 ? Py_None
+                             : info->nonfinite   ? Py_True
+                                                 : Py_False;
+    Py_INCREF(values[INFO_NONFINITE]);
+    PyObject *dict = PyDict_New();
+    for (int i = 0; i < INFO_KEYS; i++) {
+        if (dict != NULL
+            && (values[i] == NULL
+                || PyDict_SetItem(dict, info_keys[i], values[i]) < 0)) {
+            Py_CLEAR(dict);
+        }
+        Py_XDECREF(values[i]);
+    }
+    return dict;
 }
 
 /* ---- Ctrl-C and progress during a run: the engines poll this ---- */
@@ -1148,7 +1176,8 @@ PyInit__core(void)
     import_array();
     PyObject *m = PyModule_Create(&core_module);
     if (m != NULL
-        && (add_codes(m) < 0 || cs_py_plan_add_constants(m) < 0
+        && (add_codes(m) < 0 || info_keys_init() < 0
+            || cs_py_plan_add_constants(m) < 0
             || PyModule_AddIntConstant(m, "CUDA_EMULATION",
                                        CUDA_EMULATION) < 0)) {
         Py_DECREF(m);

@@ -38,8 +38,10 @@ static size_t idle_block_bytes;
  * device facts
  * --------------------------------------------------------------------- */
 
-cs_status
-cs_cuda_device_facts(cs_cuda_ctx *ctx)
+/* Is there a device to run on?  Asked until a device's facts are known
+   (a device once seen stays: a call on a lost one fails where it runs). */
+static cs_status
+check_device_count(cs_cuda_ctx *ctx)
 {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -50,8 +52,26 @@ cs_cuda_device_facts(cs_cuda_ctx *ctx)
         (void)cudaGetLastError();
         return CS_ERR_NO_DEVICE;
     }
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_device_facts(cs_cuda_ctx *ctx)
+{
     int dev = 0;
-    CS_CUDA_CHECK(ctx, cudaGetDevice(&dev), "cudaGetDevice");
+    device_facts f;
+    memset(&f, 0, sizeof(f));
+    /* cudaGetDevice does not fail without a device: the count says */
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess && dev >= 0 && dev < MAX_DEVICES) {
+        pthread_mutex_lock(&cache_mutex);
+        f = facts[dev];
+        pthread_mutex_unlock(&cache_mutex);
+    }
+    if (!f.known) {
+        CS_TRY(check_device_count(ctx));
+        CS_CUDA_CHECK(ctx, e, "cudaGetDevice");
+    }
     if (dev < 0 || dev >= MAX_DEVICES) {
         cs_cuda_message(ctx, "CUDA device %d: this engine handles devices "
                              "0 to %d",
@@ -59,9 +79,6 @@ cs_cuda_device_facts(cs_cuda_ctx *ctx)
         return CS_ERR_UNSUPPORTED;
     }
     ctx->device = dev;
-    pthread_mutex_lock(&cache_mutex);
-    device_facts f = facts[dev];
-    pthread_mutex_unlock(&cache_mutex);
     if (!f.known) {
         e = cudaDeviceGetAttribute(&f.cc_major,
                                    cudaDevAttrComputeCapabilityMajor, dev);

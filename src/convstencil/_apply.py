@@ -41,20 +41,19 @@ def last_run_info():
     return info
 
 
-def _record(info, steps, mode, model=None, **extra):
+def _record(info, steps, mode, shape, w, name, fresh=True, calls=None,
+            device_array=False):
     """Make `info` (a fresh dict, the caller's no longer) the record.
-    `model`: (shape, weights, backend name[, fresh result, steps of each
-    engine call]) for the prediction that last_run_info() adds, computed
-    only when asked for (a fresh result: apply() allocated it; the calls:
-    one per segment of a run with every=)."""
+    `shape`, `w`, `name` (the backend), `fresh` (apply() allocated the
+    result) and `calls` (the steps of each engine call, one per segment
+    of a run with every=; None: one call) are kept for the prediction
+    that last_run_info() adds, computed only when asked for."""
     info["steps"] = steps
     info["mode"] = mode
-    info.update(extra)
-    if model is not None:
-        shape, w, name = model[:3]
-        fresh = model[3] if len(model) > 3 else True
-        calls = tuple(model[4]) if len(model) > 4 else (steps,)
-        info["_model"] = (tuple(shape), w, mode, steps, name, fresh, calls)
+    if device_array:
+        info["device_array"] = True
+    info["_model"] = (shape, w, mode, steps, name, fresh,
+                      (steps,) if calls is None else tuple(calls))
     _engine.set_last_record(info)
 
 
@@ -141,7 +140,8 @@ def _apply_host(grid, w, steps, mode, cval, backend, out, every, callback,
     if last is not out:
         np.copyto(out, last)
     bar.close(True)
-    _record(_merge(infos), steps, mode, (src.shape, w, name, fresh, calls))
+    _record(_merge(infos), steps, mode, tuple(src.shape), w, name, fresh,
+            calls)
     return out
 
 
@@ -183,7 +183,7 @@ def _apply_host_on_device(src, grid, w, steps, mode, cval, name, path, out,
     # every callback has returned: `out` (the grid, maybe) is written now
     _device.download(out, state)
     bar.close(True)
-    _record(_merge(infos), steps, mode, (src.shape, w, name))
+    _record(_merge(infos), steps, mode, tuple(src.shape), w, name)
     return out
 
 
@@ -266,8 +266,7 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
         # the common call, kept short: many steps=1 calls are a scheme
         info = _run_device(view, out_view, w, steps, mode, cval, path,
                            handle, None)
-        _record(info, steps, mode, (tuple(view.shape), w, name),
-                device_array=True)
+        _record(info, steps, mode, view.shape, w, name, device_array=True)
         return result
     bar = _watch.Progress(steps, progress)
     # the last segment writes `result`; where that is the grid (or shares
@@ -286,7 +285,7 @@ def _apply_device(grid, w, steps, mode, cval, backend, out, every,
         bar.close(False)
         raise
     bar.close(True)
-    _record(_merge(infos), steps, mode, (tuple(view.shape), w, name),
+    _record(_merge(infos), steps, mode, view.shape, w, name,
             device_array=True)
     return result
 

@@ -144,16 +144,21 @@ def stream_handle(stream):
     is the legacy default stream, which the stream protocols call 1."""
     if stream is None:
         return 0
-    for attr in ("ptr", "cuda_stream"):  # CuPy, PyTorch stream objects
-        handle = getattr(stream, attr, None)
-        if handle is not None:
-            stream = handle
-            break
-    if isinstance(stream, bool) or not isinstance(stream, numbers.Integral):
-        raise TypeError("stream must be a CUDA stream: an integer handle or "
-                        "an object with .ptr (CuPy) or .cuda_stream "
-                        "(PyTorch), got %r" % (stream,))
-    stream = int(stream)
+    # checked in the order of the common cases, which a scheme's loop of
+    # small calls pays for at every call: a handle, a library's stream
+    if type(stream) is not int:
+        for attr in ("ptr", "cuda_stream"):  # CuPy, PyTorch stream objects
+            handle = getattr(stream, attr, None)
+            if handle is not None:
+                stream = handle
+                break
+        if type(stream) is not int:
+            if isinstance(stream, bool) or not isinstance(
+                    stream, numbers.Integral):
+                raise TypeError("stream must be a CUDA stream: an integer "
+                                "handle or an object with .ptr (CuPy) or "
+                                ".cuda_stream (PyTorch), got %r" % (stream,))
+            stream = int(stream)
     if stream < 0:
         raise ValueError("stream handle must be >= 0, got %d" % stream)
     return stream or LEGACY_DEFAULT_STREAM
@@ -358,6 +363,8 @@ def device_view(obj, what="grid", consumer_stream=LEGACY_DEFAULT_STREAM,
         if not hasattr(obj, "__dlpack__"):
             raise TypeError("%s: __cuda_array_interface__ failed: %s"
                             % (what, exc))
+    if type(cai) is dict and cai.get("version") == 3:
+        return _from_cai(obj, cai, what)  # preferred to DLPack: no lookups
     has_dlpack = hasattr(obj, "__dlpack__") and hasattr(
         obj, "__dlpack_device__")
     if cai is not None and (not has_dlpack
