@@ -229,9 +229,9 @@ def make_extension():
                                 "engine only"), file=sys.stderr)
     march = os.environ.get("CONVSTENCIL_MARCH", "native")
     sources = (["csrc/module.c", "csrc/stencil.c", "csrc/layout.c",
-                "csrc/host_copy.c", "csrc/dlpack_glue.c", "csrc/plan.c",
-                "csrc/plan_glue.c", "csrc/scheme.c", "csrc/scheme_glue.c",
-                "csrc/scheme_plan.c",
+                "csrc/host_copy.c", "csrc/cai_glue.c", "csrc/dlpack_glue.c",
+                "csrc/plan.c", "csrc/plan_glue.c", "csrc/scheme.c",
+                "csrc/scheme_glue.c", "csrc/scheme_plan.c",
                 "csrc/scheme_device_glue.c", "csrc/scheme_tables_glue.c"]
                + sorted(glob.glob("csrc/cpu/*.c")))
     compile_args = ["-std=c99", "-O3", "-fopenmp", "-Wall", "-Wextra",

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "stencil.h"
+#include "cai_glue.h"
 #include "dlpack_glue.h"
 #include "plan_glue.h"
 #include "scheme_device_glue.h"
@@ -426,6 +427,41 @@ PyDoc_STRVAR(run_device_doc,
 "run_stream: 0 runs on the engine's stream and returns when done,\n"
 "otherwise the work is queued on that stream.  Use convstencil.apply().");
 
+#ifdef CS_HAVE_CUDA
+/* The engine's call between device arrays, the GIL released around it;
+   the record, or NULL with an exception. */
+static PyObject *
+device_run(const cs_darray *in, const cs_darray *out,
+           const ptrdiff_t shape[3], const cs_kernel *kernel, int mode,
+           double cval, long steps, int path,
+           const cs_cuda_streams *streams, int interruptible,
+           PyObject *progress)
+{
+    cs_status status;
+    cs_run_info info = {0};
+    info.nonfinite = -1;
+    char detail[512] = "";
+    cs_py_poll sp;
+    const cs_interrupt intr = cs_py_make_poll(&sp, interruptible, progress);
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_apply_device(in, out, shape, kernel, (cs_mode)mode,
+                                  cval, steps, (cs_cuda_path)path, streams,
+                                  &info, &intr, detail, sizeof(detail));
+    Py_END_ALLOW_THREADS
+    if (status == CS_ERR_INTERRUPTED) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+        }
+        return NULL;
+    }
+    if (status != CS_OK) {
+        cs_py_raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    return cs_py_info_to_dict(&info);
+}
+#endif
+
 static PyObject *
 run_device(PyObject *self, PyObject *args)
 {
@@ -463,34 +499,14 @@ run_device(PyObject *self, PyObject *args)
     if (device_kernel(weights, &kernel) < 0) {
         goto exit;
     }
-    cs_status status;
     cs_darray in = {(void *)(uintptr_t)in_ptr, (cs_dtype)in_dtype,
                     {in_strides[0], in_strides[1], in_strides[2]}};
     cs_darray out = {(void *)(uintptr_t)out_ptr, CS_DTYPE_FLOAT64,
                      {out_strides[0], out_strides[1], out_strides[2]}};
     cs_cuda_streams streams = {{(uintptr_t)wait0, (uintptr_t)wait1},
                                (uintptr_t)run_stream};
-    cs_run_info info = {0};
-    info.nonfinite = -1;
-    char detail[512] = "";
-    cs_py_poll sp;
-    const cs_interrupt intr = cs_py_make_poll(&sp, interruptible, progress);
-    Py_BEGIN_ALLOW_THREADS
-    status = cs_cuda_apply_device(&in, &out, shape, &kernel, (cs_mode)mode,
-                                  cval, steps, (cs_cuda_path)path, &streams,
-                                  &info, &intr, detail, sizeof(detail));
-    Py_END_ALLOW_THREADS
-    if (status == CS_ERR_INTERRUPTED) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetNone(PyExc_KeyboardInterrupt);
-        }
-        goto exit;
-    }
-    if (status != CS_OK) {
-        cs_py_raise_status(status, "cuda", detail);
-        goto exit;
-    }
-    result = cs_py_info_to_dict(&info);
+    result = device_run(&in, &out, shape, &kernel, mode, cval, steps, path,
+                        &streams, interruptible, progress);
 #else
     no_cuda_engine();
     goto exit;
@@ -498,6 +514,94 @@ run_device(PyObject *self, PyObject *args)
 exit:
     cs_kernel_free(&kernel);
     return result;
+}
+
+PyDoc_STRVAR(cai_plain_ndim_doc,
+"cai_plain_ndim(cai) -> int\n"
+"\n"
+"The number of axes of the array a CUDA Array Interface dict describes\n"
+"where it is of the plain kind run_onestep_cai reads, 0 otherwise.");
+
+static PyObject *
+cai_plain_ndim(PyObject *self, PyObject *cai)
+{
+    cs_cai_plain plain;
+    return PyLong_FromLong(cs_cai_plain_read(cai, &plain) ? plain.ndim : 0);
+}
+
+PyDoc_STRVAR(run_onestep_cai_doc,
+"run_onestep_cai(grid_cai, out, weights, mode, cval, path, run_stream,\n"
+"                interruptible) -> dict or None\n"
+"\n"
+"One step of `weights` between device arrays whose CUDA Array Interface\n"
+"dicts are of the plain kind (cai_glue.h): `grid_cai` the grid's, `out`\n"
+"the result's (its shape, writable), or an int: the pointer of a new\n"
+"C-ordered float64 array of the grid's shape, ordered on the grid's\n"
+"stream.  None, having run nothing, where either is not plain or the\n"
+"weights' axes are not the grid's; the caller then takes the full\n"
+"path, which reads every kind and says what is wrong.  Use\n"
+"convstencil.apply().");
+
+static PyObject *
+run_onestep_cai(PyObject *self, PyObject *args)
+{
+    PyObject *grid_cai, *out_obj;
+    PyArrayObject *weights;
+    int mode, path, interruptible;
+    double cval;
+    unsigned long long run_stream;
+    if (!PyArg_ParseTuple(args, "OOO!idiKp", &grid_cai, &out_obj,
+                          &PyArray_Type, &weights, &mode, &cval, &path,
+                          &run_stream, &interruptible)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    cs_cai_plain grid, out;
+    if (!cs_cai_plain_read(grid_cai, &grid)
+        || PyArray_NDIM(weights) != grid.ndim) {
+        Py_RETURN_NONE;
+    }
+    if (PyLong_CheckExact(out_obj)) {
+        /* a new array: C order, the grid's stream */
+        const unsigned long long ptr = PyLong_AsUnsignedLongLong(out_obj);
+        if (ptr == (unsigned long long)-1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        memset(&out, 0, sizeof(out));
+        out.data = (uintptr_t)ptr;
+        out.strides[2] = (ptrdiff_t)sizeof(double);
+        out.strides[1] = out.strides[2] * grid.shape[2];
+        out.strides[0] = out.strides[1] * grid.shape[1];
+        out.stream = grid.stream;
+    } else if (!cs_cai_plain_read(out_obj, &out) || out.readonly
+               || out.ndim != grid.ndim || out.shape[0] != grid.shape[0]
+               || out.shape[1] != grid.shape[1]
+               || out.shape[2] != grid.shape[2]) {
+        Py_RETURN_NONE;
+    }
+    if (mode < 0 || mode >= CS_MODE_COUNT) {
+        PyErr_SetString(PyExc_ValueError, "an unknown mode code");
+        return NULL;
+    }
+    cs_kernel kernel = {0};
+    if (device_kernel(weights, &kernel) < 0) {
+        return NULL;
+    }
+    cs_darray in_arr = {(void *)grid.data, CS_DTYPE_FLOAT64,
+                        {grid.strides[0], grid.strides[1], grid.strides[2]}};
+    cs_darray out_arr = {(void *)out.data, CS_DTYPE_FLOAT64,
+                         {out.strides[0], out.strides[1], out.strides[2]}};
+    cs_cuda_streams streams = {{grid.stream, out.stream},
+                               (uintptr_t)run_stream};
+    PyObject *result = device_run(&in_arr, &out_arr, grid.shape, &kernel,
+                                  mode, cval, 1, path, &streams,
+                                  interruptible, Py_None);
+    cs_kernel_free(&kernel);
+    return result;
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
 }
 
 /* ---- sessions: a grid kept in the engine's layout across calls ---- */
@@ -1090,6 +1194,8 @@ static PyMethodDef core_methods[] = {
     {"plan_scheme_cpu", cs_py_plan_scheme_cpu, METH_VARARGS,
      cs_py_plan_scheme_cpu_doc},
     {"run_device", run_device, METH_VARARGS, run_device_doc},
+    {"run_onestep_cai", run_onestep_cai, METH_VARARGS, run_onestep_cai_doc},
+    {"cai_plain_ndim", cai_plain_ndim, METH_O, cai_plain_ndim_doc},
     {"run_scheme_device", cs_py_run_scheme_device, METH_VARARGS,
      cs_py_run_scheme_device_doc},
     {"plan_scheme_device", cs_py_plan_scheme_device, METH_VARARGS,
@@ -1177,6 +1283,7 @@ PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (m != NULL
         && (add_codes(m) < 0 || info_keys_init() < 0
+            || cs_cai_keys_init() < 0
             || cs_py_plan_add_constants(m) < 0
             || PyModule_AddIntConstant(m, "CUDA_EMULATION",
                                        CUDA_EMULATION) < 0)) {

@@ -135,6 +135,41 @@ def test_interface_parsing():
     assert _device.device_view([1.0, 2.0]) is None
 
 
+PLAIN = [cai(), cai(shape=(7,)), cai(shape=(3, 4, 5)),
+         cai(strides=(72, 8)), cai(strides=(-72, -8)),
+         cai(shape=(3, 4, 5), strides=(8, 24, 96)), cai(stream=None),
+         cai(stream=7), cai(mask=None), cai(data=(4096, True)),
+         cai(data=(0, False)), cai(data=(2 ** 64 - 8, False))]
+NOT_PLAIN = [d for d, _, _ in BAD] + [
+    cai(version=2), cai(typestr="<f4"), cai(typestr="=f8"),
+    cai(shape=(8, 0)), cai(shape=(1, 2, 3, 4)), cai(shape=()),
+    cai(shape=(np.int64(8), 9)), cai(shape=(True, 9)),
+    cai(strides=(72, True)), cai(strides=(72, 8, 8)),
+    cai(data=(4096.0, False)), cai(data=(True, False)),
+    cai(data=(2 ** 64, False)), cai(data=[4096, False]),
+    cai(stream=True), cai(stream=2 ** 70), {}, None, "cai", [1, 2],
+    type("DictKind", (dict,), {})(cai())]
+
+
+def test_plain_interfaces_are_read_in_c():
+    """The short path of one step between device arrays reads an
+    interface in C only where it is of the plain kind (version 3, <f8,
+    exact ints, no mask), and leaves every other (valid or not) to the
+    Python reader above, which says what is wrong."""
+    for d in PLAIN:
+        assert _core.cai_plain_ndim(d) == len(d["shape"]), d
+    for d in NOT_PLAIN:
+        assert _core.cai_plain_ndim(d) == 0, d
+
+
+@pytest.mark.parametrize("iface,exc,match", BAD[:6])
+def test_a_malformed_out_of_the_short_path_is_refused(iface, exc, match):
+    """One step with out= (the short path's call): a malformed out gets
+    the same error as a malformed grid."""
+    with pytest.raises(exc, match=match):
+        cs.apply(FakeCAI(**cai()), "heat2d", out=FakeCAI(**iface))
+
+
 @pytest.mark.parametrize("shape,strides", [
     ((8.0, 9), None), ((True, 9), None), ((np.int64(8), 9), None),
     ((8, 9), (72.0, 8)), ((8, 9), (72, True))],

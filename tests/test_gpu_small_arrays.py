@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import convstencil as cs
-from convstencil import _core
+from convstencil import _apply, _core, _engine
 from cai_support import StridedCAI, download, upload
 from conftest import EMULATED_CUDA, assert_close, gpu_small
 import reference
@@ -366,6 +366,75 @@ def test_one_step_between_distinct_arrays_runs_direct(rng):
     cs.apply(grid, "star2d13p", steps=1, mode="mirror", out=grid)
     assert cs.last_run_info()["path"] != "direct"
     assert_close(grid.get(), expected(host, "star2d13p", 1, "mirror"))
+
+
+class _Version2(StridedCAI):
+    """The same view through an interface of version 2."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return dict(super().__cuda_array_interface__, version=2)
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_the_short_path_gives_the_full_paths_result(ndim, rng, monkeypatch):
+    """One step between arrays of the plain kind (version 3, float64)
+    runs through the engine's own reading of their interfaces
+    (_apply._onestep_plain): its results and records are those of the
+    full path, bit for bit, for fresh results, out= (strided, the grid
+    itself) and every mode; other arrays take the full path."""
+    name = {1: "1d5p", 2: "box2d49p", 3: "box3d27p"}[ndim]
+    host = rng.uniform(-1, 1, SHAPES[ndim])
+    flipped = host[(slice(None, None, -1),) * ndim]
+    short = {"on": True, "calls": 0}
+    plain, run_plain = _apply._onestep_plain, _engine.run_onestep_cai
+
+    def counted(*args, **kwargs):
+        short["calls"] += 1
+        return run_plain(*args, **kwargs)
+    monkeypatch.setattr(_apply, "_onestep_plain",
+                        lambda *args: plain(*args) if short["on"] else None)
+    monkeypatch.setattr(_engine, "run_onestep_cai", counted)
+
+    def run(grid_of, out_of, mode, cval):
+        grid = grid_of()
+        got = cs.apply(grid, name, mode=mode, cval=cval, out=out_of(grid))
+        info = cs.last_run_info()
+        for measured in ("device_seconds", "fraction_of_prediction"):
+            info.pop(measured)
+        return download(got), info
+
+    grids = {"DeviceArray": (lambda: device_array(host), host),
+             "flipped": (lambda: upload(flipped), flipped)}
+    outs = {"fresh": lambda g: None,
+            "out": lambda g: device_array(np.zeros(host.shape)),
+            "strided out": lambda g: upload(np.zeros(host.shape)[
+                (slice(None, None, -1),) * ndim]),
+            "in place": lambda g: g}
+    for mode, cval in MODES:
+        for grid_name, (grid_of, src) in grids.items():
+            for out_name, out_of in outs.items():
+                where = dict(mode=mode, grid=grid_name, out=out_name)
+                calls = short["calls"]
+                short["on"] = True
+                got, info = run(grid_of, out_of, mode, cval)
+                assert short["calls"] == calls + 1, where
+                short["on"] = False
+                want, want_info = run(grid_of, out_of, mode, cval)
+                np.testing.assert_array_equal(got, want, err_msg=str(where))
+                assert info == want_info, where
+                assert_close(got, expected(src, name, 1, mode, cval), where)
+    # not plain (float32; version 2): the full path reads them
+    short["on"], calls = True, short["calls"]
+    as_v2 = upload(host)
+    for grid, values in ((upload(host.astype(np.float32)),
+                          host.astype(np.float32)),
+                         (_Version2(as_v2.owner, as_v2.ptr, as_v2.shape,
+                                    as_v2.strides, as_v2.dtype), host)):
+        got = cs.apply(grid, name, mode="wrap")
+        assert_close(got.get(), expected(values, name, 1, "wrap"),
+                     dict(dtype=grid.dtype, ndim=ndim))
+    assert short["calls"] == calls
 
 
 # ---------------------------------------------------------------------------

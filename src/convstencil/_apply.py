@@ -240,9 +240,59 @@ def _run_device_segments(first, first_obj, w, steps, mode, cval, path,
     return infos
 
 
+# Array types that offer DLPack and a CUDA Array Interface older than
+# version 3 (PyTorch's tensors), so are read through DLPack:
+# _onestep_plain does not ask them for their interface again.
+_OLD_INTERFACE_KINDS = set()
+
+
+def _onestep_plain(grid, w, mode, cval, backend, out, handle):
+    """One step between device arrays whose CUDA Array Interfaces are of
+    the plain kind (version 3, float64: CuPy's, what a scheme's loop of
+    small calls passes), read by the engine in C: reading them here took
+    half of such a call's host time.  Returns the result, or None where
+    either array is not plain or the CUDA engine is not usable (nothing
+    ran; the full path then reads, checks and runs it, or says what is
+    wrong)."""
+    kind = type(grid)
+    if kind in _OLD_INTERFACE_KINDS:
+        return None
+    try:
+        cai = grid.__cuda_array_interface__
+        out_cai = None if out is None else out.__cuda_array_interface__
+        name = _backends.resolve_device_backend(backend)
+    except Exception:  # the full path reads it again and says what failed
+        return None
+    if (type(cai) is dict and cai.get("version") != 3
+            and hasattr(kind, "__dlpack__")):
+        _OLD_INTERFACE_KINDS.add(kind)
+        return None
+    path = _backends.gpu_path(name, None, w, mode, 1, device_arrays=True)
+    result = out
+    if out is None:
+        if _engine.cai_plain_ndim(cai) != w.ndim:
+            return None
+        result = _device.new_like(grid, cai["shape"])
+        out_cai = _device.fresh_pointer(result)
+        if out_cai is None:
+            out_cai = result.__cuda_array_interface__
+    info = _engine.run_onestep_cai(cai, out_cai, w, mode=mode, cval=cval,
+                                   path=path, stream=handle,
+                                   interruptible=_engine.in_main_thread())
+    if info is None:
+        return None
+    _record(info, 1, mode, cai["shape"], w, name, device_array=True)
+    return result
+
+
 def _apply_device(grid, w, steps, mode, cval, backend, out, every,
                   callback, progress, stream):
     handle = _device.stream_handle(stream)
+    if steps == 1 and every is None and not progress:
+        # the call of a scheme's loop, kept short
+        result = _onestep_plain(grid, w, mode, cval, backend, out, handle)
+        if result is not None:
+            return result
     # the stream a DLPack producer orders its work before: the caller's,
     # or the legacy default stream, which the engine then waits for
     consumer = handle or _device.LEGACY_DEFAULT_STREAM

@@ -425,6 +425,17 @@ def fresh_view(result, source, consumer):
                       None, result, result)
 
 
+def fresh_pointer(result):
+    """The device pointer of `result`, a new array new_like() made, where
+    its kind is known (CuPy, DeviceArray), else None."""
+    pointer = _POINTERS.get(type(result))
+    if pointer is not None:
+        return pointer(result)
+    if type(result) is DeviceArray:
+        return result.ptr
+    return None
+
+
 def new_like(source, shape):
     """A new float64 C-contiguous device array of `source`'s kind."""
     make = _MAKERS.get(type(source))

@@ -182,6 +182,25 @@ def run_device(src, dst, weights, *, steps, mode, cval, path=None, stream=0,
         stream, interruptible, progress)
 
 
+def run_onestep_cai(grid_cai, out, weights, *, mode, cval, path=None,
+                    stream=0, interruptible=False):
+    """One step of `weights` between device arrays read from their CUDA
+    Array Interface dicts in C, where both are of the plain kind
+    (csrc/cai_glue.h: version 3, float64; what a scheme's loop of small
+    calls passes): `grid_cai` the grid's, `out` the result's dict, or the
+    pointer of a new C-ordered float64 array of the grid's shape.  The
+    engine's record, or None where either is not plain (nothing ran)."""
+    return _core.run_onestep_cai(
+        grid_cai, out, weights, MODE_CODES[mode], cval,
+        _core.PATH_AUTO if path is None else path, stream, interruptible)
+
+
+def cai_plain_ndim(cai):
+    """The axes of the array a CUDA Array Interface dict describes where
+    run_onestep_cai reads it, else 0."""
+    return _core.cai_plain_ndim(cai)
+
+
 def run_scheme(fields_in, fields_out, params, tables, *, steps, mode, cval,
                backend, threads=0, interruptible=False, progress=None):
     """`steps` steps of a scheme (its `tables`: Scheme.tables()) on host
