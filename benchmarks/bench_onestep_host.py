@@ -9,10 +9,15 @@ calls taken in turn, the stream drained between batches:
 
   apply, new result       apply(x, preset, stream=s): bench_onestep's figure
   apply, out=             apply(x, preset, out=y, stream=s)
-  engine call             the C engine's call alone (_engine.run_device
-                          on views parsed once): argument parsing, the
-                          pointer checks, the launch, the record
-  Python part             apply, out= minus the engine call
+  engine call             the C engine's call alone as apply() makes it
+                          (_engine.run_onestep_cai on the two interface
+                          dicts, fetched once: reading them, the pointer
+                          checks, the launch, the record)
+  engine call, full path  the full path's engine call (_engine.run_device
+                          on views parsed once), which arrays that are
+                          not of the plain kind take
+  Python part             apply, out= minus the engine call (the two
+                          interfaces fetched from CuPy included)
   CuPy correlate          correlate(x, w, mode="constant"): new result
   CuPy correlate, output= correlate(x, w, output=y, mode="constant")
   CuPy empty_like         the allocation of a new result
@@ -41,7 +46,8 @@ from convstencil import _device, _engine  # noqa: E402
 
 SMALL = {1: (1 << 16,), 2: (256, 256), 3: (48, 48, 48)}
 CALLS = 200
-PARTS = ["apply, new result", "apply, out=", "engine call", "Python part",
+PARTS = ["apply, new result", "apply, out=", "engine call",
+         "engine call, full path", "Python part",
          "CuPy correlate", "CuPy correlate, output=", "CuPy empty_like",
          "CUDA array interface", "pointer attributes", "CuPy launch"]
 
@@ -71,11 +77,14 @@ def split(cp, ndi, stream, name, repeat):
     handle = stream.ptr
     xv = _device.device_view(x, consumer_stream=handle)
     yv = _device.device_view(y, "out", consumer_stream=handle)
+    x_cai, y_cai = x.__cuda_array_interface__, y.__cuda_array_interface__
     ptr = x.data.ptr
     us = host_us(stream, {
         "apply, new result": lambda: cs.apply(x, name, stream=stream),
         "apply, out=": lambda: cs.apply(x, name, out=y, stream=stream),
-        "engine call": lambda: _engine.run_device(
+        "engine call": lambda: _engine.run_onestep_cai(
+            x_cai, y_cai, w, mode="constant", cval=0.0, stream=handle),
+        "engine call, full path": lambda: _engine.run_device(
             xv, yv, w, steps=1, mode="constant", cval=0.0, stream=handle),
         "CuPy correlate": lambda: ndi.correlate(x, cw, mode="constant"),
         "CuPy correlate, output=": lambda: ndi.correlate(
