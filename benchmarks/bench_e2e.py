@@ -54,20 +54,6 @@ SIZES = {"heat1d": (1 << 27,), "1d5p": (1 << 27,),
 SMALL_SIDES = (64, 1024, 8192)
 
 
-def wall(run, repeat, each=None):
-    """Median wall seconds of run() after one warm-up call (every time
-    appended to `each` when given)."""
-    run()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    if each is not None:
-        each.extend(times)
-    return statistics.median(times)
-
-
 def rel_error(a, b):
     a = np.asarray(a)
     b = np.asarray(b)
@@ -83,12 +69,12 @@ def bench_preset(cp, ndi, name, shape, steps, repeat, record):
 
     # NumPy in, fresh result / out=
     fresh_each, out_each = [], []
-    t_fresh = wall(lambda: cs.apply(host, name, steps=steps), repeat,
+    t_fresh = common.median_wall(lambda: cs.apply(host, name, steps=steps), repeat,
                    fresh_each)
     info = cs.last_run_info()  # its device_seconds: the loop in that call
     out = np.empty_like(host)
     out.fill(0.0)
-    t_out = wall(lambda: cs.apply(host, name, steps=steps, out=out),
+    t_out = common.median_wall(lambda: cs.apply(host, name, steps=steps, out=out),
                  repeat, out_each)
     loop_out = cs.last_run_info()["device_seconds"]
     # device in, device out
@@ -99,7 +85,7 @@ def bench_preset(cp, ndi, name, shape, steps, repeat, record):
         res["v"] = cs.apply(dev, name, steps=steps)
         res["info"] = cs.last_run_info()
 
-    t_dev = wall(device_call, repeat)
+    t_dev = common.median_wall(device_call, repeat)
     loops = []
     for _ in range(repeat):
         device_call()
@@ -117,7 +103,7 @@ def bench_preset(cp, ndi, name, shape, steps, repeat, record):
         cp.cuda.get_current_stream().synchronize()
         res["cupy"] = u
 
-    t_cupy = wall(cupy_run, max(1, repeat // 2))
+    t_cupy = common.median_wall(cupy_run, max(1, repeat // 2))
     err = max(rel_error(out, cp.asnumpy(res["cupy"])),
               rel_error(cp.asnumpy(res["v"]), out))
 
@@ -156,7 +142,7 @@ def pinned_rates(cp, nbytes, repeat):
     def d2h():
         rt.memcpy(pinned.ptr, dev.ptr, nbytes, rt.memcpyDeviceToHost)
 
-    return nbytes / wall(h2d, repeat), nbytes / wall(d2h, repeat)
+    return nbytes / common.median_wall(h2d, repeat), nbytes / common.median_wall(d2h, repeat)
 
 
 def bench_small(cp, ndi, repeat, record):

@@ -25,7 +25,6 @@ Medians of --repeat runs after a warm-up, random data.
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -41,16 +40,6 @@ CASES = [("heat2d", (10240, 10240), 600, (8, 16, 32, 60, 64, 128)),
          ("heat3d", (512, 512, 512), 300, (6, 8, 15, 16, 32))]
 
 
-def median_wall(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def strides_of(a):
     return tuple(int(s) for s in a.strides)
 
@@ -63,7 +52,7 @@ def session_round(padded, w, k):
         padded.data.ptr, padded.shape, strides_of(padded), w, steps=k,
         mode="wrap", cval=0.0, path=path)
     try:
-        seconds = median_wall(lambda: _engine.session_run(handle), ARGS.repeat)
+        seconds = common.median_wall(lambda: _engine.session_run(handle), ARGS.repeat)
     finally:
         _engine.session_close(handle, padded.data.ptr, strides_of(padded))
     return seconds, name
@@ -79,7 +68,7 @@ def main():
         r = (w.shape[0] - 1) // 2
         x = rng.random(block)
         y = cp.empty_like(x)
-        plain = median_wall(lambda: cs.apply(x, preset, steps=steps,
+        plain = common.median_wall(lambda: cs.apply(x, preset, steps=steps,
                                              mode="wrap", out=y),
                             ARGS.repeat) / steps
         base_path = cs.last_run_info()["path"]
@@ -98,7 +87,7 @@ def main():
             p = rng.random(shape)
             q = cp.empty_like(p)
             sess, sess_path = session_round(p, w, k)
-            call = median_wall(lambda: cs.apply(p, preset, steps=k,
+            call = common.median_wall(lambda: cs.apply(p, preset, steps=k,
                                                 mode="wrap", out=q),
                                ARGS.repeat)
             call_path = cs.last_run_info()["path"]

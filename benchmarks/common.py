@@ -54,6 +54,20 @@ def stencil_name(record):
     return record.get("preset") or record["kernel"].replace(" ", "")
 
 
+def median_wall(run, repeat, each=None):
+    """Median wall seconds of run() after one warm-up call (every time
+    appended to `each` when given)."""
+    run()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    if each is not None:
+        each.extend(times)
+    return float(np.median(times))
+
+
 def median_step_loop(run, repeat):
     """Median step-loop device seconds (last_run_info()) of `repeat`
     calls of run(), after one call that warms the engine up (its

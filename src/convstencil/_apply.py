@@ -6,7 +6,6 @@ a CUDA device) run on the GPU and come back as device arrays of their
 own kind (_device.py), with no host copy.  ``every=`` cuts a run into
 segments for a callback, ``progress=`` draws a bar (_watch.py).
 """
-import numbers
 import time
 
 import numpy as np
