@@ -9,7 +9,8 @@ machine, and are priced apart); the fraction is the median call's over
 the median prediction.  The bound is for a quiet machine, and a virtual
 machine is not always quiet: its host may slow a core for a second or
 more without a sign inside, and its memory is shared with other machines
-(the same grid's bytes moved 3.7 to 6.3 ms apart in back-to-back calls).
+(the memory probe's calls took 4.1 to 6.4 ms back to back:
+benchmarks/results/cpu2_scales.md).
 So a case outside the bound is measured again, up to five attempts, each
 after the scales are settled afresh as a new process settles them
 (_model.measure_cpu_scale: about 5 s), and the attempt nearest 1 counts

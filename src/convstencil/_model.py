@@ -601,8 +601,9 @@ CPU_STORED = {
     # --whole --fit --steps 1,3,10,30,100.  The scheme engine's prices
     # take no memory scale (cpu_memory_scale): its probe is a stencil's
     # call, and refits of the schemes' rates in its units followed its
-    # readings (0.71 to 0.95 in processes minutes apart) no better than
-    # these rates without it
+    # readings (0.83 to 1.01 as five fresh processes settled it,
+    # benchmarks/results/cpu2_scales.md) no better than these rates
+    # without it
     "scheme_call_seconds": 5.6e-5,
     "scheme_flop_seconds": 1.91e-11,
     "scheme_bandwidth": 6.29e10,
@@ -719,8 +720,9 @@ def _scale_on_cores():
 def _memory_reading(compute_scale):
     """One reading of the memory scale: the probe's call (the engine's
     own choice of path and team), the median of nine after one that maps
-    its pages (back to back, such calls took 3.7 to 6.3 ms on the 2-core
-    machine: a virtual machine's memory is shared), against the model's
+    its pages (back to back, such calls took 4.1 to 6.4 ms on the 2-core
+    machine, benchmarks/results/cpu2_scales.md: a virtual machine's
+    memory is shared), against the model's
     price of that call with memory_scale 1, its memory part alone
     scaled; 1.0 where the model prices no memory for it (a machine whose
     caches hold the probe) or where the probe's 64 MiB are not to be
