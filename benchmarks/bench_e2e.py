@@ -38,7 +38,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -157,19 +156,8 @@ def bench_small(cp, ndi, repeat, record):
         runs = {"ours": lambda: cs.apply(u, "heat2d"),
                 "ours_stream": lambda: cs.apply(u, "heat2d", stream=stream),
                 "theirs": lambda: ndi.correlate(u, cw, mode="constant")}
-        per = {key: [] for key in runs}
-        for run in runs.values():
-            run()
-        stream.synchronize()
-        # the three batches in turn, repeat times: a drift of the host's
-        # speed during the run meets all three alike
-        for _ in range(repeat):
-            for key, run in runs.items():
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    run()
-                per[key].append((time.perf_counter() - t0) / calls)
-                stream.synchronize()
+        per = common.interleaved_batches(runs, repeat, calls,
+                                         stream.synchronize)
         ours, ours_stream, theirs = (statistics.median(per[key]) * 1e6
                                      for key in runs)
         want = ndi.correlate(u, cw, mode="constant")

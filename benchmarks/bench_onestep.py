@@ -35,7 +35,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -69,17 +68,8 @@ def event_seconds(cp, stream, run, batch):
 def host_seconds(cp, stream, runs, repeat):
     """Median wall seconds of one call of each of `runs` (a dict), in
     batches of HOST_CALLS taken in turn, the stream drained between."""
-    per = {key: [] for key in runs}
-    for run in runs.values():
-        run()
-    stream.synchronize()
-    for _ in range(repeat):
-        for key, run in runs.items():
-            t0 = time.perf_counter()
-            for _ in range(HOST_CALLS):
-                run()
-            per[key].append((time.perf_counter() - t0) / HOST_CALLS)
-            stream.synchronize()
+    per = common.interleaved_batches(runs, repeat, HOST_CALLS,
+                                     stream.synchronize)
     return {key: statistics.median(v) for key, v in per.items()}
 
 

@@ -34,7 +34,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -55,18 +54,9 @@ PARTS = ["apply, new result", "apply, out=", "engine call",
 def host_us(stream, runs, repeat):
     """Median wall microseconds of one call of each of `runs` (a dict),
     in batches of CALLS taken in turn, the stream drained between."""
-    per = {key: [] for key in runs}
-    for run in runs.values():
-        run()
-    stream.synchronize()
-    for _ in range(repeat):
-        for key, run in runs.items():
-            t0 = time.perf_counter()
-            for _ in range(CALLS):
-                run()
-            per[key].append((time.perf_counter() - t0) / CALLS * 1e6)
-            stream.synchronize()
-    return {key: statistics.median(v) for key, v in per.items()}
+    per = common.interleaved_batches(runs, repeat, CALLS,
+                                     stream.synchronize)
+    return {key: 1e6 * statistics.median(v) for key, v in per.items()}
 
 
 def split(cp, ndi, stream, name, repeat):

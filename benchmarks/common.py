@@ -68,6 +68,26 @@ def median_wall(run, repeat, each=None):
     return float(np.median(times))
 
 
+def interleaved_batches(runs, repeat, calls, sync):
+    """Wall seconds per call of each of `runs` (a dict of functions), in
+    batches of `calls` calls taken in turn `repeat` times, after one call
+    of each; sync() (e.g. a stream's synchronize) after each batch, out
+    of its time: a drift of the host's speed meets every run alike.
+    Returns key -> the batches' seconds per call."""
+    per = {key: [] for key in runs}
+    for run in runs.values():
+        run()
+    sync()
+    for _ in range(repeat):
+        for key, run in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                run()
+            per[key].append((time.perf_counter() - t0) / calls)
+            sync()
+    return per
+
+
 def median_step_loop(run, repeat):
     """Median step-loop device seconds (last_run_info()) of `repeat`
     calls of run(), after one call that warms the engine up (its
