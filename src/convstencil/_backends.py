@@ -216,6 +216,17 @@ def best_backend():
     return "cuda" if cuda_status() == "available" else "cpu"
 
 
+# Functions that free memory a layer above keeps between calls
+# (convstencil.distributed's kept padded block), each returning the
+# device bytes it freed: clear_cache() calls them.
+_RELEASES = []
+
+
+def register_release(release):
+    """Have clear_cache() call release() (-> device bytes freed)."""
+    _RELEASES.append(release)
+
+
 def clear_cache():
     """Free the memory the engines keep between calls.
 
@@ -225,14 +236,16 @@ def clear_cache():
     call of the same or a smaller size allocates nothing; the CPU engine
     keeps its padded grids, temporary grid and ring planes (up to 256 MiB
     and a sixteenth of the machine's memory), so that the next call does
-    not pay their page faults.  Call this to give that memory back (to
-    CuPy or PyTorch, say); it is also freed at exit.  Returns the device
-    bytes freed (0 without the CUDA engine).
+    not pay their page faults; convstencil.distributed keeps one padded
+    block of its last run on device blocks.  Call this to give that
+    memory back (to CuPy or PyTorch, say); it is also freed at exit.
+    Returns the device bytes freed (0 without the CUDA engine).
 
     >>> convstencil.clear_cache()
     0
     """
-    return _core.clear_cache()
+    freed = sum(release() for release in _RELEASES)
+    return freed + _core.clear_cache()
 
 
 def cache_info():
