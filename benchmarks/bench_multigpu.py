@@ -310,6 +310,14 @@ def _distributed_record(comm, d, seconds, info, steps, halo_steps):
             "bytes_per_exchange": info["bytes_sent"] // rounds,
             "transport": info["transport"], "path": info["path"],
             "session": info.get("session"),
+            # where the time goes, each rank's seconds (phases.table)
+            "run_seconds_by_rank": comm.allgather(info["seconds"]),
+            "compute_seconds_by_rank": comm.allgather(
+                info["compute_seconds"]),
+            "exchange_seconds_by_rank": comm.allgather(
+                info["exchange_seconds"]),
+            "vote_seconds_by_rank": comm.allgather(
+                info.get("vote_seconds", 0.0)),
             "gpu_indices": comm.allgather(info["device"])}
 
 
@@ -432,6 +440,8 @@ def _efficiencies(r, plain, one):
     block = plain.get(_key(r) + (tuple(r["block"]),))
     whole = plain.get(_key(r) + (tuple(r["grid"]),))
     r["plain_block_gstencils"] = block["gstencils"] if block else None
+    r["plain_block_seconds_per_step"] = (block["seconds_per_step"]
+                                         if block else None)
     r["plain_whole_gstencils"] = (whole["gstencils"] if r["kind"] == "strong"
                                   and whole and whole["fits"] else None)
     r["efficiency_vs_block"] = (_per_gpu(r) / block["gstencils"]
@@ -530,6 +540,40 @@ def sweep_table(records):
     return "\n".join(rows) + "\n"
 
 
+def phase_table(records):
+    """Where a run of the model's k spends its time: the wall time of the
+    call (all ranks, barrier to barrier) against the run inside it
+    (info()'s seconds: the rounds), and the rounds' compute, exchange and
+    votes, the slowest and fastest rank's each (the others are setup:
+    the plan, the padded blocks, the transport, the result)."""
+    runs = [r for r in records if r["system"] == DISTRIBUTED
+            and r["forced_halo_steps"] is None and r["gpus"] > 1
+            and "run_seconds_by_rank" in r]
+    if not runs:
+        return ""
+    span = lambda v: "%.2f / %.2f" % (1e3 * max(v), 1e3 * min(v))  # noqa
+    rows = ["", "Where the model's runs spend their time, ms for the whole "
+            "call (slowest rank / fastest rank; compute, exchange and vote "
+            "summed over the rounds; setup: the wall time less the slowest "
+            "rank's run):", "",
+            "| scaling | preset | GPUs | k | rounds | wall | run | setup | "
+            "compute | exchange | vote | plain apply's steps |",
+            "|" + "---|" * 12]
+    for r in runs:
+        plain = r["steps"] * (r.get("plain_block_seconds_per_step") or 0.0)
+        rows.append("| %s | %s | %d | %s | %d | %.2f | %s | %.2f | %s | %s "
+                    "| %s | %s |" % (
+                        r["kind"], r["preset"], r["gpus"], r["halo_steps"],
+                        r["rounds"], 1e3 * r["seconds"],
+                        span(r["run_seconds_by_rank"]),
+                        1e3 * (r["seconds"] - max(r["run_seconds_by_rank"])),
+                        span(r["compute_seconds_by_rank"]),
+                        span(r["exchange_seconds_by_rank"]),
+                        span(r["vote_seconds_by_rank"]),
+                        "%.2f" % (1e3 * plain) if plain else ""))
+    return "\n".join(rows) + "\n"
+
+
 def plain_table(records):
     """The baselines: plain apply on one GPU, each rank at once."""
     runs = [r for r in records if r["system"] == PLAIN]
@@ -575,8 +619,8 @@ def self_exchange_table(records):
 
 
 def markdown(records, failures):
-    text = (table(records) + sweep_table(records) + plain_table(records)
-            + self_exchange_table(records))
+    text = (table(records) + sweep_table(records) + phase_table(records)
+            + plain_table(records) + self_exchange_table(records))
     for line in failures:
         text += "\nFailed: %s\n" % line
     return text

@@ -67,6 +67,7 @@ def check(comm, u, steps, mode, cval=0.0, dims=None, ctx=None, **kw):
     out, d1 = run_device(comm, u, steps, mode, cval, dims, **kw)
     info = d1.info
     assert info["transport"] == "staging" and info["backend"] == "cuda"
+    assert 0 <= info["vote_seconds"] <= info["seconds"]
     assert info["device"] == d1.device
     if info["rounds"]:  # "direct": one step between device arrays
         assert info["path"] in ("tensor-core", "cuda-core", "direct"), info

@@ -289,6 +289,9 @@ def test_info_reports_exchange(comm, shared_rng):
     assert info["ghost_depth"] == (4, 4)
     assert info["bytes_sent"] > 0  # wrap: every side exchanges
     assert info["exchange_seconds"] >= 0 and info["compute_seconds"] > 0
+    assert 0 <= info["vote_seconds"] <= info["seconds"]
+    assert (info["exchange_seconds"] + info["compute_seconds"]
+            + info["vote_seconds"]) <= info["seconds"]
     assert info["backend"] == "cpu" and info["path"] is not None
 
 

@@ -29,9 +29,11 @@ _last_info = {}
 def info(d=None):
     """What the apply() that made `d` ran (default: this rank's last
     distributed apply): transport, halo_steps, rounds, bytes_sent,
-    exchange_seconds, compute_seconds, seconds, backend, path, device
-    (the GPU holding the block, None for host blocks), session (whether
-    the rounds ran in an engine session), ...
+    exchange_seconds, compute_seconds, vote_seconds (the rounds' checks
+    that no rank failed, where a rank that finished early waits for the
+    others), seconds, backend, path, device (the GPU holding the block,
+    None for host blocks), session (whether the rounds ran in an engine
+    session), ...
 
     With overlap (info["overlap"]): exchange_seconds is the exchange time
     this rank did not hide (posting, waiting, the later axes);
@@ -318,6 +320,16 @@ def _use_session(d, plan, k, steps):
             != "0")
 
 
+def _vote(comm, failure, times):
+    """check() (every rank learns of a failure on any), timed: a rank
+    that finished its round early waits here for the others."""
+    t0 = time.perf_counter()
+    try:
+        check(comm, failure)
+    finally:
+        times["vote"] += time.perf_counter() - t0
+
+
 def _session_rounds(d, pads, link, w, k, rounds, mode, cval, name, times):
     """`rounds` rounds of k steps in an engine session on pads[0] (left
     as it was); the result goes to pads[1].  Returns the engine's path,
@@ -334,7 +346,7 @@ def _session_rounds(d, pads, link, w, k, rounds, mode, cval, name, times):
     except BaseException as exc:  # noqa: B902 - voted on, re-raised
         failure = exc
     times["exchange"] += time.perf_counter() - t0
-    check(comm, failure)
+    _vote(comm, failure, times)
     # a session left open by an exception is freed with its handle
     session = agree(comm, _Session, pads[0], w, k, mode, cval, name)
     for i in range(rounds):
@@ -349,7 +361,7 @@ def _session_rounds(d, pads, link, w, k, rounds, mode, cval, name, times):
             times["compute"] += time.perf_counter() - t1
         except BaseException as exc:  # noqa: B902 - voted on, re-raised
             failure = exc
-        check(comm, failure)
+        _vote(comm, failure, times)
     t0 = time.perf_counter()
     nonfinite = agree(comm, session.close, pads[1])
     times["compute"] += time.perf_counter() - t0
@@ -361,7 +373,7 @@ def _session_rounds(d, pads, link, w, k, rounds, mode, cval, name, times):
 def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
     comm = d.comm
     engine = _Engine(w, mode, cval, name)
-    times = dict(exchange=0.0, compute=0.0, hidden=0.0, wait=0.0)
+    times = dict(exchange=0.0, compute=0.0, hidden=0.0, wait=0.0, vote=0.0)
     overlap = bool(plan.overlap and plan.k and not d.on_device)
     pieces = _overlap.plan_split(plan) if overlap else None
     rounds, cur = 0, 0
@@ -389,7 +401,7 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
                              times)
         except BaseException as exc:  # noqa: B902 - voted on, re-raised
             failure = exc
-        check(comm, failure)
+        _vote(comm, failure, times)
         cur, done, rounds = 1 - cur, done + n, rounds + 1
     comm_size = comm.Get_size()
     exchanged = plan.ghost_bytes() * rounds if plan.k else 0
@@ -398,6 +410,7 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
             "bytes_sent_all_ranks": comm.allreduce(exchanged, op=MPI.SUM),
             "exchange_seconds": times["exchange"],
             "compute_seconds": times["compute"],
+            "vote_seconds": times["vote"],
             "overlap": overlap,
             "overlap_seconds": times["hidden"],
             "wait_after_interior_seconds": times["wait"],
