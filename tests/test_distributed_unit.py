@@ -455,7 +455,7 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
             types.SimpleNamespace(ptr=200, shape=(12, 30))]
     d = types.SimpleNamespace(comm=_OneRank())
     w = convstencil.Stencil("heat2d").weights
-    times = dict(exchange=0.0, compute=0.0)
+    times = dict(exchange=0.0, compute=0.0, vote=0.0)
     nonfinite = [False]
     path = _run._session_rounds(d, pads, Link(), w, 3, 2, "wrap", 0.0,
                                 "cuda", times)
@@ -467,6 +467,7 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     round_ = [("get", (0, 2, 0), (1, 2, 30), 7),
               ("put", (0, 0, 0), (1, 2, 30), 8), "run"]
     assert log[2:] == ["run"] + round_ + [("close", 200, (0, 240, 8))]
+    assert times["vote"] > 0  # every round's check, and the first's
     nonfinite[0] = True
     log.clear()
     assert _run._session_rounds(d, pads, Link(), w, 3, 1, "wrap", 0.0,

@@ -15,6 +15,7 @@ which stay exact while the block's other side has its ghost layers.
 """
 import functools
 import numbers
+import os
 
 import numpy as np
 
@@ -378,9 +379,39 @@ def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
     stores the block (so k that divide `steps` gain); and a k whose round
     ends in a pass shallower than the engine's depth is left out where
     another is not (has_tail_pass)."""
+    shape = tuple(max(e) for e in d.extents)
+    key = None
+    if engine is not None:
+        weights, mode, backend = engine
+        w = np.ascontiguousarray(weights, dtype=np.float64)
+        # what the engine's plan depends on beyond the arguments: the
+        # device the planner takes and its depth cap (_backends)
+        key = (w.tobytes(), w.shape, mode, backend,
+               _backends.cuda_plan_device(),
+               os.environ.get("CONVSTENCIL_CUDA_MAX_DEPTH", ""))
+    # the model's figures as they are now (tests change them)
+    figures = (tuple(sorted(_COSTS[d.on_device].items())), COPY_SECONDS,
+               IO_FRACTION, tuple(sorted(_model.gpu_rates().items())))
+    return _choose_halo_steps(shape, tuple(radii), tuple(ghosted), k_max,
+                              steps, taps, tuple(overlaps), k, d.on_device,
+                              key, figures)
+
+
+@functools.lru_cache(maxsize=256)
+def _choose_halo_steps(shape, radii, ghosted, k_max, steps, taps, overlaps,
+                       k, on_device, engine_key, figures):
+    """choose_halo_steps' choice, kept: it prices some 40 k, about 1 ms
+    a call (2D) even with each price kept (_priced_round), which a run of
+    a few hundred steps on a GPU notices (benchmarks/results/
+    h200x4_multigpu_36cc777.md: the calls' setup)."""
+    engine = None
+    if engine_key is not None:
+        wbytes, wshape, mode, backend = engine_key[:4]
+        engine = (np.frombuffer(wbytes, dtype=np.float64).reshape(wshape),
+                  mode, backend)
+    shape = list(shape)
     sides = [(r, 2 if g else 0) for r, g in zip(radii, ghosted)]
     k_max = max(1, min(k_max, max(steps, 1)))
-    shape = [max(e) for e in d.extents]
     ks = [k] if k is not None else candidate_halo_steps(k_max)
     if engine is not None and k is None:
         whole = [kk for kk in ks
@@ -389,7 +420,7 @@ def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
 
     def cost(kk, ov):
         per_step = predicted_step_seconds(shape, sides, kk, taps,
-                                          d.on_device, ov, engine)
+                                          on_device, ov, engine)
         rest = steps % kk if steps > kk else 0
         if engine is None or len(shape) == 1 or not rest:
             return per_step
