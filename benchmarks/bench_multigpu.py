@@ -79,6 +79,9 @@ QUICK_CASES = [("weak", "heat2d", (1024, 1024), 60),
 SWEEP = (8, 16, 32, 64, 128, 256)
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0"}
 DISTRIBUTED, PLAIN = "convstencil-distributed", "convstencil"
+# info()'s parts of the setup and of the exchanges
+PART_KEYS = ("setup_seconds", "load_seconds", "exchange_pack_seconds",
+             "exchange_move_seconds", "exchange_unpack_seconds")
 
 
 # ---------------------------------------------------------------------------
@@ -318,6 +321,9 @@ def _distributed_record(comm, d, seconds, info, steps, halo_steps):
                 info["exchange_seconds"]),
             "vote_seconds_by_rank": comm.allgather(
                 info.get("vote_seconds", 0.0)),
+            # the setup and the exchange taken apart
+            **{"%s_by_rank" % key: comm.allgather(info.get(key))
+               for key in PART_KEYS},
             "gpu_indices": comm.allgather(info["device"])}
 
 
@@ -574,6 +580,34 @@ def phase_table(records):
     return "\n".join(rows) + "\n"
 
 
+def parts_table(records):
+    """The setup and the exchanges of the model's runs taken apart, ms
+    for the whole call, slowest rank / fastest rank."""
+    runs = [r for r in records if r["system"] == DISTRIBUTED
+            and r["forced_halo_steps"] is None and r["gpus"] > 1
+            and r.get("setup_seconds_by_rank")]
+    if not runs:
+        return ""
+
+    def span(values):
+        values = [v for v in values if v is not None]
+        if not values:
+            return ""
+        return "%.2f / %.2f" % (1e3 * max(values), 1e3 * min(values))
+
+    rows = ["", "The setup (from the call to the first round; load: taking "
+            "the padded blocks and copying the block in) and the exchanges "
+            "(pack, move with the wait for the peers, unpack; summed over "
+            "the rounds), ms, slowest rank / fastest rank:", "",
+            "| scaling | preset | GPUs | k | setup | load | pack | move | "
+            "unpack |", "|" + "---|" * 9]
+    for r in runs:
+        rows.append("| %s | %s | %d | %s | %s |" % (
+            r["kind"], r["preset"], r["gpus"], r["halo_steps"],
+            " | ".join(span(r["%s_by_rank" % key]) for key in PART_KEYS)))
+    return "\n".join(rows) + "\n"
+
+
 def plain_table(records):
     """The baselines: plain apply on one GPU, each rank at once."""
     runs = [r for r in records if r["system"] == PLAIN]
@@ -620,6 +654,7 @@ def self_exchange_table(records):
 
 def markdown(records, failures):
     text = (table(records) + sweep_table(records) + phase_table(records)
+            + parts_table(records)
             + plain_table(records) + self_exchange_table(records))
     for line in failures:
         text += "\nFailed: %s\n" % line

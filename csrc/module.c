@@ -1188,6 +1188,32 @@ cuda_stream_synchronize(PyObject *self, PyObject *args)
 #endif
 }
 
+PyDoc_STRVAR(cuda_device_synchronize_doc,
+"cuda_device_synchronize()\n"
+"\n"
+"Wait (without the GIL) for the work of every stream on the current\n"
+"device, as cudaFree does before it frees.");
+
+static PyObject *
+cuda_device_synchronize(PyObject *self, PyObject *noargs)
+{
+#ifdef CS_HAVE_CUDA
+    char msg[256] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_device_synchronize(msg, sizeof(msg));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        PyErr_Format(PyExc_RuntimeError, "%s", msg);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
 static PyMethodDef core_methods[] = {
     {"run", run, METH_VARARGS, run_doc},
     {"run_scheme", cs_py_run_scheme, METH_VARARGS, cs_py_run_scheme_doc},
@@ -1234,6 +1260,8 @@ static PyMethodDef core_methods[] = {
     {"session_close", session_close, METH_VARARGS, session_close_doc},
     {"cuda_stream_synchronize", cuda_stream_synchronize, METH_VARARGS,
      cuda_stream_synchronize_doc},
+    {"cuda_device_synchronize", cuda_device_synchronize, METH_NOARGS,
+     cuda_device_synchronize_doc},
     {NULL, NULL, 0, NULL}
 };
 

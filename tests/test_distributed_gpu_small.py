@@ -254,35 +254,58 @@ def test_input_untouched_and_result_new(comm, shared_rng):
         np.testing.assert_array_equal(again, u)
 
 
-def test_the_kept_padded_block_is_reused_exactly(comm, shared_rng):
-    """A run keeps the padded block it did not return and the next run
-    of that padded shape takes it (cudaMalloc and cudaFree of two blocks
-    a run cost 6% of a 600-step run); the stale values it holds change
-    no result; clear_cache() frees it."""
-    from convstencil.distributed import _run
+def _apply_staged(comm, u, steps, k):
     csd = _csd()
-    cs.clear_cache()
-    assert not _run._KEPT_PAD
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    backend="cuda")
+    return csd.apply(d, "box2d9p", steps=steps, mode="wrap", halo_steps=k,
+                     transport="staging")
+
+
+def test_padded_blocks_are_pooled_and_reused_exactly(comm, shared_rng):
+    """A run pools the padded block it did not return at once and the
+    result's when the result goes; the next run of that padded shape
+    takes them (cudaMalloc and cudaFree cost milliseconds a run); a
+    result alive keeps its block, the stale values a pooled block holds
+    change no result, the pool holds at most KEEP blocks, and
+    clear_cache() frees them."""
+    import gc
+    from convstencil.distributed import _pads
+    csd = _csd()
     w = cs.Stencil("box2d9p").weights
+    cs.clear_cache()
+    assert not _pads.pooled()
     grids = [shared_rng.uniform(-1, 1, (14, 13)) for _ in range(3)]
-    kept_ptrs = []
-    for i, (u, steps, k) in enumerate(zip(grids, (6, 7, 4), (2, 2, 2))):
-        d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
-                        backend="cuda")
-        d1 = csd.apply(d, "box2d9p", steps=steps, mode="wrap", halo_steps=k,
-                       transport="staging")
+    first = _apply_staged(comm, grids[0], 6, 2)
+    lease = first.local.base
+    assert isinstance(lease, _pads.Lease)
+    (spare,) = _pads.pooled()
+    assert spare.ptr != lease.ptr
+    kept = download(first.local)
+    # a live result's block is not handed out: the next run takes the
+    # spare and a new one, and the first result stays as it was
+    second = _apply_staged(comm, grids[1], 7, 2)
+    assert second.local.base.ptr != lease.ptr
+    np.testing.assert_array_equal(download(first.local), kept)
+    ptrs = {lease.ptr, second.local.base.ptr} | {
+        p.ptr for p in _pads.pooled()}
+    del first, lease
+    gc.collect()
+    assert len(_pads.pooled()) == 2  # the first result's came back
+    third = _apply_staged(comm, grids[2], 4, 2)
+    assert third.local.base.ptr in ptrs
+    assert all(p.ptr in ptrs for p in _pads.pooled())
+    for u, steps, d1 in ((grids[1], 7, second), (grids[2], 4, third)):
         out = csd.gather(d1)
-        (kept,) = _run._KEPT_PAD.values()
-        assert kept is not d1.local.base
-        if i:  # one padded shape: the block kept before is the result's
-            # or kept again
-            assert kept_ptrs[-1] in (d1.local.base.ptr, kept.ptr)
-        kept_ptrs.append(kept.ptr)
         if comm.Get_rank() == 0:
             assert_close(out, reference.apply(u, w, steps, "wrap"),
-                         dict(run=i, steps=steps, halo_steps=k))
-    assert cs.clear_cache() >= kept.nbytes
-    assert not _run._KEPT_PAD
+                         dict(steps=steps))
+    del second, third
+    gc.collect()
+    assert len(_pads.pooled()) == _pads.KEEP
+    nbytes = sum(p.nbytes for p in _pads.pooled())
+    assert cs.clear_cache() >= nbytes
+    assert not _pads.pooled()
 
 
 def test_error_on_one_rank_reaches_all(comm, monkeypatch):

@@ -68,6 +68,9 @@ cs_cuda_set_device(int device, char *msg, size_t msg_len);
  */
 cs_status
 cs_cuda_stream_synchronize(uintptr_t stream, char *msg, size_t msg_len);
+/* Wait for every stream's work on the current device. */
+cs_status
+cs_cuda_device_synchronize(char *msg, size_t msg_len);
 
 /*
  * cudaMemGetInfo of the current device: CS_OK, or CS_ERR_NO_DEVICE /

@@ -136,6 +136,19 @@ cs_cuda_stream_synchronize(uintptr_t stream, char *msg, size_t msg_len)
 }
 
 cs_status
+cs_cuda_device_synchronize(char *msg, size_t msg_len)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        cs_say(msg, msg_len, "cudaDeviceSynchronize: %s",
+               cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return CS_ERR_CUDA;
+    }
+    return CS_OK;
+}
+
+cs_status
 cs_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *msg,
                  size_t msg_len)
 {

@@ -217,7 +217,7 @@ def best_backend():
 
 
 # Functions that free memory a layer above keeps between calls
-# (convstencil.distributed's kept padded block), each returning the
+# (convstencil.distributed's pooled padded blocks), each returning the
 # device bytes it freed: clear_cache() calls them.
 _RELEASES = []
 
@@ -236,8 +236,8 @@ def clear_cache():
     call of the same or a smaller size allocates nothing; the CPU engine
     keeps its padded grids, temporary grid and ring planes (up to 256 MiB
     and a sixteenth of the machine's memory), so that the next call does
-    not pay their page faults; convstencil.distributed keeps one padded
-    block of its last run on device blocks.  Call this to give that
+    not pay their page faults; convstencil.distributed keeps up to two padded
+    blocks of its runs on device blocks.  Call this to give that
     memory back (to CuPy or PyTorch, say); it is also freed at exit.
     Returns the device bytes freed (0 without the CUDA engine).
 

@@ -130,6 +130,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaEventCreate(cudaEvent_t *e);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);

@@ -353,6 +353,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 // Events are host timestamps: launches run synchronously here.
 static int events_alive = 0;
 int cs_emu_events_alive(void) { return events_alive; }

@@ -15,10 +15,10 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _backends, _device, _engine
+from .. import _backends, _engine
 from .. import apply as _engine_apply
 from .._stencil import resolve_weights
-from . import _device_blocks, _overlap, _plan, _transport
+from . import _device_blocks, _overlap, _pads, _plan, _transport
 from ._agree import agree, check
 from ._grid import DistributedGrid, _check_grid, use_device
 
@@ -33,7 +33,11 @@ def info(d=None):
     that no rank failed, where a rank that finished early waits for the
     others), seconds, backend, path, device (the GPU holding the block,
     None for host blocks), session (whether the rounds ran in an engine
-    session), ...
+    session), setup_seconds (from the call to the first round: the
+    checks, the plan, the padded blocks, the transport), load_seconds
+    (of those: taking the padded blocks and copying the block in), the
+    exchange's parts (device blocks): exchange_pack_seconds,
+    exchange_move_seconds, exchange_unpack_seconds, ...
 
     With overlap (info["overlap"]): exchange_seconds is the exchange time
     this rank did not hide (posting, waiting, the later axes);
@@ -116,6 +120,7 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     d.comm must call it with the same arguments.
     """
     _check_grid(d)
+    started = time.perf_counter()
     comm = d.comm
     agree(comm, use_device, d)
     args = agree(comm, _resolve, d, stencil, weights, steps, mode, cval,
@@ -127,62 +132,36 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     taps = int(np.count_nonzero(w))
     plan, k = agree(comm, _plan.make_plan, d, w.shape, mode, steps,
                     halo_steps, taps, self_exchange, overlap, w, name)
+    t0 = time.perf_counter()
     pads = agree(comm, _padded, d, plan)
+    load = time.perf_counter() - t0
     link = _transport.open_transport(transport, comm, plan, d.on_device,
                                      d.device)
+    setup = time.perf_counter() - started
     try:
         record = _run(d, pads, plan, k, link, w, steps, mode, cval, name)
     finally:
         link.close()
-    record["device"] = d.device
+    record.update(device=d.device, setup_seconds=setup, load_seconds=load,
+                  **link.parts())
     global _last_info
     _last_info = record
     final = record.pop("_final")
+    result = pads[final]
     if d.on_device:
-        _keep_pad(pads[1 - final], d.device)
-    return DistributedGrid(_owned(pads[final], plan, d.on_device),
+        # the run's work on both is complete when it returns
+        _pads.give_back(pads[1 - final], complete=True)
+        result = _pads.Lease(result)
+    return DistributedGrid(_owned(result, plan, d.on_device),
                            d.shape, d.extents, comm, d.on_device,
                            dict(record), device=d.device)
-
-
-# Device blocks: the padded block a run did not return (the result is a
-# view of the other), kept for the next run of the same padded shape on
-# the same device instead of being freed.  Allocating two blocks a run
-# and freeing them (cudaFree waits for the device) made the distributed
-# layer on one H200 run 600 steps of heat2d on 10240^2 in 69.1 ms against
-# plain apply's 65.1 (benchmarks/results/h200x4_multigpu_3871eec.md).
-# One is kept at a time: memory the size of one padded block.
-_KEPT_PAD = {}
-
-
-def _release_kept_pad():
-    """Free the kept padded block (convstencil.clear_cache() calls
-    this); its bytes."""
-    freed = sum(pad.nbytes for pad in _KEPT_PAD.values())
-    _KEPT_PAD.clear()
-    return freed
-
-
-_backends.register_release(_release_kept_pad)
-
-
-def _take_pad(shape, device):
-    pad = _KEPT_PAD.pop((tuple(shape), device), None)
-    return pad if pad is not None else _device.DeviceArray(shape)
-
-
-def _keep_pad(pad, device):
-    """Keep `pad`, whose work is complete (the runs return when it is),
-    in place of any kept before."""
-    _KEPT_PAD.clear()
-    _KEPT_PAD[(tuple(pad.shape), device)] = pad
 
 
 def _padded(d, plan):
     """Two padded blocks, the first holding d's block."""
     shape = plan.padded_shape
     if d.on_device:
-        pads = [_take_pad(shape, d.device), _take_pad(shape, d.device)]
+        pads = [_pads.take(shape, d.device), _pads.take(shape, d.device)]
         _device_blocks.copy(d.local, _device_blocks.region(
             pads[0], plan.owned_starts, plan.block_shape))
         return pads

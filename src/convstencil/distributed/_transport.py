@@ -94,6 +94,11 @@ class HostMPI:
     def exchange(self, padded):
         self.finish(padded, self.start(padded))
 
+    def parts(self):
+        """The exchange's parts, timed where they are apart (device
+        blocks)."""
+        return {}
+
     def close(self):
         for datatype in self._types.values():
             datatype.Free()
@@ -127,21 +132,37 @@ class _DeviceTransport:
         self.comm = comm
         self.plan = plan
         self.buffers = {}  # (axis, side index) -> (send, receive)
+        self.seconds = dict(pack=0.0, move=0.0, unpack=0.0)
 
     def exchange(self, padded):
         strides = _device_blocks.strides_of(padded)
+        seconds = self.seconds
         for axis, sides in enumerate(self.plan.axes):
             if not sides:
                 continue
             packed = [not _device_blocks.is_contiguous(s.send[1], strides)
                       for s in sides]
+            t0 = time.perf_counter()
             messages = [self._pack(padded, axis, i, s, p)
                         for i, (s, p) in enumerate(zip(sides, packed))]
+            t1 = time.perf_counter()
             self.move(messages)
+            t2 = time.perf_counter()
             for i, (s, p) in enumerate(zip(sides, packed)):
                 if p:
                     _device_blocks.unpack(self.buffers[axis, i][1], padded,
                                           *s.recv)
+            t3 = time.perf_counter()
+            seconds["pack"] += t1 - t0
+            seconds["move"] += t2 - t1
+            seconds["unpack"] += t3 - t2
+
+    def parts(self):
+        """Seconds packing the slabs that are not one run of memory,
+        moving the messages (waiting for the peers included) and
+        unpacking, over the run's exchanges."""
+        return {"exchange_%s_seconds" % part: value
+                for part, value in self.seconds.items()}
 
     def _pack(self, padded, axis, index, side, packed):
         count = int(np.prod(side.send[1], dtype=np.int64))
