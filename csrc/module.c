@@ -769,6 +769,30 @@ session_view(PyObject *self, PyObject *capsule)
 #endif
 }
 
+PyDoc_STRVAR(session_halo_doc,
+"session_halo(session) -> (z, y, x)\n"
+"\n"
+"The current grid's halo widths (3D): around the interior that\n"
+"session_view gives, the cells the engine refills before it reads\n"
+"them.");
+
+static PyObject *
+session_halo(PyObject *self, PyObject *capsule)
+{
+#ifdef CS_HAVE_CUDA
+    session_box *box = open_session(capsule);
+    if (box == NULL) {
+        return NULL;
+    }
+    ptrdiff_t halo[3];
+    cs_cuda_session_halo(box->x, halo);
+    return Py_BuildValue("(nnn)", halo[0], halo[1], halo[2]);
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
 PyDoc_STRVAR(session_copy_doc,
 "session_copy(session, starts, sizes, buf_ptr, put)\n"
 "\n"
@@ -1256,6 +1280,7 @@ static PyMethodDef core_methods[] = {
     {"session_open", session_open, METH_VARARGS, session_open_doc},
     {"session_run", session_run, METH_O, session_run_doc},
     {"session_view", session_view, METH_O, session_view_doc},
+    {"session_halo", session_halo, METH_O, session_halo_doc},
     {"session_copy", session_copy, METH_VARARGS, session_copy_doc},
     {"session_close", session_close, METH_VARARGS, session_close_doc},
     {"cuda_stream_synchronize", cuda_stream_synchronize, METH_VARARGS,

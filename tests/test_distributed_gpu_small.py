@@ -175,6 +175,47 @@ def test_session_rounds_equal_calls(comm, shared_rng, monkeypatch, ndim,
                                           steps, mode))
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", [
+    (2, "box2d9p", (13, 14), None), (2, "star2d13p", (19, 9), "rows"),
+    (3, "heat3d", (9, 8, 6), None), (3, "box3d27p", (11, 5, 6), "rows")])
+def test_whole_plane_spans_give_the_packed_result(comm, shared_rng,
+                                                  monkeypatch, case, mode):
+    """Axis 0's slabs of an engine session's grid move as whole planes
+    (rows in 2D), the engine's halo cells and row padding along: the
+    bits of the rounds that pack and unpack them, and of the reference.
+    `rows`: every rank along axis 0 (only spans); else the default
+    dims (axis 1 split too on 4 ranks: packed slabs besides, and spans
+    where every rank's session has the same layout, (9, 8, 6))."""
+    from convstencil.distributed import _run
+    ndim, name, shape, split = case
+    dims = (comm.Get_size(),) + (1,) * (ndim - 1) if split else None
+    u = shared_rng.uniform(-1, 1, shape)
+    steps, k = 7, 2  # 3 session rounds, then one call of 1 step
+    spans = []
+    plain_span = _run._SessionGrid.span
+
+    def counted(self, starts, sizes):
+        found = plain_span(self, starts, sizes)
+        spans.append(found is not None)
+        return found
+
+    monkeypatch.setattr(_run._SessionGrid, "span", counted)
+    out, d1 = run_device(comm, u, steps, mode, dims=dims, stencil=name,
+                         halo_steps=k)
+    assert d1.info["session"] is True
+    if split:  # axis 0 split, the others whole: one layout everywhere
+        assert comm.allreduce(int(any(spans))) > 0
+    monkeypatch.setattr(_run._SessionGrid, "span", lambda *_: None)
+    packed, d2 = run_device(comm, u, steps, mode, dims=dims, stencil=name,
+                            halo_steps=k)
+    if comm.Get_rank() == 0:
+        np.testing.assert_array_equal(out, packed)
+        assert_close(out, reference.apply(u, cs.Stencil(name).weights,
+                                          steps, mode),
+                     dict(case=case, mode=mode))
+
+
 def test_ranks_take_the_devices_in_turn(comm, shared_rng):
     """Rank i of a host on device i % count (count: the visible devices;
     EMU_DEVICES on the emulation), current when its blocks are touched."""
@@ -274,12 +315,12 @@ def test_padded_blocks_are_pooled_and_reused_exactly(comm, shared_rng):
     csd = _csd()
     w = cs.Stencil("box2d9p").weights
     cs.clear_cache()
-    assert not _pads.pooled()
+    assert not _pads.PADS.pooled()
     grids = [shared_rng.uniform(-1, 1, (14, 13)) for _ in range(3)]
     first = _apply_staged(comm, grids[0], 6, 2)
     lease = first.local.base
     assert isinstance(lease, _pads.Lease)
-    (spare,) = _pads.pooled()
+    (spare,) = _pads.PADS.pooled()
     assert spare.ptr != lease.ptr
     kept = download(first.local)
     # a live result's block is not handed out: the next run takes the
@@ -288,13 +329,13 @@ def test_padded_blocks_are_pooled_and_reused_exactly(comm, shared_rng):
     assert second.local.base.ptr != lease.ptr
     np.testing.assert_array_equal(download(first.local), kept)
     ptrs = {lease.ptr, second.local.base.ptr} | {
-        p.ptr for p in _pads.pooled()}
+        p.ptr for p in _pads.PADS.pooled()}
     del first, lease
     gc.collect()
-    assert len(_pads.pooled()) == 2  # the first result's came back
+    assert len(_pads.PADS.pooled()) == 2  # the first result's came back
     third = _apply_staged(comm, grids[2], 4, 2)
     assert third.local.base.ptr in ptrs
-    assert all(p.ptr in ptrs for p in _pads.pooled())
+    assert all(p.ptr in ptrs for p in _pads.PADS.pooled())
     for u, steps, d1 in ((grids[1], 7, second), (grids[2], 4, third)):
         out = csd.gather(d1)
         if comm.Get_rank() == 0:
@@ -302,10 +343,10 @@ def test_padded_blocks_are_pooled_and_reused_exactly(comm, shared_rng):
                          dict(steps=steps))
     del second, third
     gc.collect()
-    assert len(_pads.pooled()) == _pads.KEEP
-    nbytes = sum(p.nbytes for p in _pads.pooled())
+    assert len(_pads.PADS.pooled()) == _pads.PADS.keep
+    nbytes = sum(p.nbytes for p in _pads.PADS.pooled())
     assert cs.clear_cache() >= nbytes
-    assert not _pads.pooled()
+    assert not _pads.PADS.pooled()
 
 
 def test_error_on_one_rank_reaches_all(comm, monkeypatch):

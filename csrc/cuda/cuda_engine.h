@@ -218,6 +218,11 @@ void
 cs_cuda_session_view(const cs_cuda_session *x, cs_darray *view,
                      ptrdiff_t shape[3]);
 
+/* The current grid's halo widths (z, y, x): with its strides, the layout
+   of the memory around the interior that a whole-plane copy crosses. */
+void
+cs_cuda_session_halo(const cs_cuda_session *x, ptrdiff_t halo[3]);
+
 /* Copy the box [starts, starts + sizes) of the current grid into the
    C-ordered device buffer `buf` (put = 0), or `buf` into the box (put =
    1); returns when done. */

@@ -194,6 +194,14 @@ cs_cuda_session_view(const cs_cuda_session *x, cs_darray *view,
     }
 }
 
+void
+cs_cuda_session_halo(const cs_cuda_session *x, ptrdiff_t halo[3])
+{
+    for (int a = 0; a < 3; a++) {
+        halo[a] = x->L.g[0].halo[a];
+    }
+}
+
 cs_status
 cs_cuda_session_copy(cs_cuda_session *x, const ptrdiff_t starts[3],
                      const ptrdiff_t sizes[3], void *buf, int put,

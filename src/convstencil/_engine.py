@@ -321,6 +321,11 @@ def session_view(handle, ndim):
     return ptr, tuple(strides[lead:]), tuple(shape[lead:])
 
 
+def session_halo(handle):
+    """The halo widths (z, y, x) around the session's current grid."""
+    return tuple(_core.session_halo(handle))
+
+
 def session_copy(handle, starts, sizes, buffer_ptr, *, put):
     """Copy the box at `starts`, `sizes` of the session's grid into the
     contiguous device buffer (put=False), or the buffer into it."""

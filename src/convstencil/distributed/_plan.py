@@ -311,12 +311,15 @@ def _device_round_seconds(padded, depth_sides, k, engine):
     """A device round's k steps on the padded block: the engine's plan
     for them priced by the performance model (explain()'s) and the
     round's host latency.  2D and 3D blocks stay in an engine session
-    for the run (_run.py), so a round also packs and unpacks its slabs
-    (the session's rows are padded); a 1D block's round is an engine call
+    for the run (_run.py), so a round also packs and unpacks the slabs
+    of axes other than 0 (the session's rows are padded); a 1D block's
+    round is an engine call
     of its own, which loads and stores the block."""
     seconds = _engine_round(padded, k, engine)[0]
     if len(padded) > 1:
-        sides = sum(s for _, s in depth_sides)
+        # axis 0's slabs move as whole planes of the session's grid
+        # (_run._SessionGrid.span): only the other axes' are copied
+        sides = sum(s for _, s in depth_sides[1:])
         return seconds + _COSTS[True]["call"] + 2 * sides * COPY_SECONDS
     return seconds + _device_io_seconds(padded) + _COSTS[True]["call"]
 

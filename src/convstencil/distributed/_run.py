@@ -150,7 +150,7 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     result = pads[final]
     if d.on_device:
         # the run's work on both is complete when it returns
-        _pads.give_back(pads[1 - final], complete=True)
+        _pads.PADS.give_back(pads[1 - final], complete=True)
         result = _pads.Lease(result)
     return DistributedGrid(_owned(result, plan, d.on_device),
                            d.shape, d.extents, comm, d.on_device,
@@ -161,7 +161,8 @@ def _padded(d, plan):
     """Two padded blocks, the first holding d's block."""
     shape = plan.padded_shape
     if d.on_device:
-        pads = [_pads.take(shape, d.device), _pads.take(shape, d.device)]
+        pads = [_pads.PADS.take(shape, d.device),
+                _pads.PADS.take(shape, d.device)]
         _device_blocks.copy(d.local, _device_blocks.region(
             pads[0], plan.owned_starts, plan.block_shape))
         return pads
@@ -259,10 +260,27 @@ class _Session:
         self.handle, self.path = _engine.session_open(
             padded.ptr, padded.shape, _device_blocks.c_strides(padded.shape),
             w, steps=k, mode=mode, cval=cval, path=path)
+        self.spans = False  # set by _session_rounds where every rank may
+
+    def layout(self):
+        """What must match on two ranks for a whole-plane span of one
+        to land cell for cell in the other's (_SessionGrid.span)."""
+        _, strides, shape = _engine.session_view(self.handle, self.ndim)
+        return strides, shape[1:], _engine.session_halo(self.handle)
+
+    def spans_fit(self):
+        """Whether a span of the last planes ends inside the grid's
+        memory: the cells it covers past the last plane (the next one's
+        halo rows and columns before its first interior cell) exist
+        where the grid has a halo plane there, or are none where it has
+        no halo across the planes."""
+        halo = _engine.session_halo(self.handle)[3 - self.ndim:]
+        return halo[0] >= 1 or not any(halo[1:])
 
     def grid(self):
         """The current grid (its interior) as a strided view that packs
-        and unpacks boxes through the session (one pitched copy each)."""
+        and unpacks boxes through the session (one pitched copy each),
+        or moves whole planes as they are (span)."""
         ptr, strides, shape = _engine.session_view(self.handle, self.ndim)
         return _SessionGrid(self, ptr, shape, strides)
 
@@ -281,6 +299,25 @@ class _Session:
 
 class _SessionGrid(_device_blocks.StridedView):
     """A session's current grid, as the transports see a padded block."""
+
+    def span(self, starts, sizes):
+        """(ptr, count): the memory from the box's first cell over
+        sizes[0] whole planes (rows of a 2D grid) of the session's padded
+        layout, where the box spans every other axis whole and every
+        rank's session has the same layout; else None.
+
+        A slab along axis 0 then moves as it lies, without packing: the
+        count covers, besides the box, the engine's halo cells and row
+        padding between its planes, which land on the same kind of cells
+        in the receiver's grid.  The engine refills every halo cell it
+        reads at the start of each round (halo.cu) and never reads the
+        padding (kernels.cuh's cs_dgrid), so what they receive is never
+        read."""
+        if not self.base.spans or any(starts[1:]) or (
+                tuple(sizes[1:]) != self.shape[1:]):
+            return None
+        stride = self.strides[0]
+        return self.ptr + starts[0] * stride, sizes[0] * stride // 8
 
     def pack(self, starts, sizes, buf):
         self.base.copy(starts, sizes, buf, False)
@@ -328,6 +365,9 @@ def _session_rounds(d, pads, link, w, k, rounds, mode, cval, name, times):
     _vote(comm, failure, times)
     # a session left open by an exception is freed with its handle
     session = agree(comm, _Session, pads[0], w, k, mode, cval, name)
+    layouts = comm.allgather(session.layout())
+    session.spans = (session.spans_fit()
+                     and all(layout == layouts[0] for layout in layouts))
     for i in range(rounds):
         failure = None
         try:

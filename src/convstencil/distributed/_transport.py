@@ -4,8 +4,9 @@
   block in place (no packing in Python).
 - device blocks: slabs that are contiguous in the padded block (those
   of axis 0) move as they are; the others are packed into contiguous
-  device buffers (kept for the run, so device memory stays steady) and
-  unpacked after.  They move by "nccl" (ncclSend/ncclRecv), "cuda-mpi"
+  device buffers (kept for the run and pooled between runs, so device
+  memory stays steady) and unpacked after; along axis 0 of an engine
+  session's grid, whole planes move as they lie (_run._SessionGrid.span).  They move by "nccl" (ncclSend/ncclRecv), "cuda-mpi"
   (MPI on device pointers, where MPIX_Query_cuda_support says yes) or
   "staging" (through host memory and MPI).  An exchange returns when its
   ghosts have arrived.
@@ -20,8 +21,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _core, _device
-from . import _device_blocks, _nccl
+from .. import _core
+from . import _device_blocks, _nccl, _pads
 from ._agree import agree
 
 HOST_TRANSPORTS = ("mpi",)
@@ -131,6 +132,7 @@ class _DeviceTransport:
     def __init__(self, comm, plan):
         self.comm = comm
         self.plan = plan
+        self.device = _core.cuda_current_device()
         self.buffers = {}  # (axis, side index) -> (send, receive)
         self.seconds = dict(pack=0.0, move=0.0, unpack=0.0)
 
@@ -143,8 +145,10 @@ class _DeviceTransport:
             packed = [not _device_blocks.is_contiguous(s.send[1], strides)
                       for s in sides]
             t0 = time.perf_counter()
-            messages = [self._pack(padded, axis, i, s, p)
-                        for i, (s, p) in enumerate(zip(sides, packed))]
+            messages = []
+            for i, (s, p) in enumerate(zip(sides, packed)):
+                message, packed[i] = self._message(padded, axis, i, s, p)
+                messages.append(message)
             t1 = time.perf_counter()
             self.move(messages)
             t2 = time.perf_counter()
@@ -164,22 +168,37 @@ class _DeviceTransport:
         return {"exchange_%s_seconds" % part: value
                 for part, value in self.seconds.items()}
 
-    def _pack(self, padded, axis, index, side, packed):
+    def _message(self, padded, axis, index, side, packed):
+        """(the side's Message, whether its receive buffer must be
+        unpacked): the slab in place where it is one run of memory, or
+        whole planes of an engine session's grid (its span), else packed
+        into a send buffer."""
         count = int(np.prod(side.send[1], dtype=np.int64))
         if not packed:
             return Message(side, _device_blocks.region(padded, *side.send).ptr,
                            _device_blocks.region(padded, *side.recv).ptr,
-                           count)
+                           count), False
+        span = getattr(padded, "span", None)
+        send = span(*side.send) if span is not None else None
+        if send is not None:
+            recv, _ = span(*side.recv)
+            return Message(side, send[0], recv, send[1]), False
         buffers = self.buffers.get((axis, index))
         if buffers is None:
-            buffers = (_device.DeviceArray(side.send[1]),
-                       _device.DeviceArray(side.recv[1]))
+            buffers = (_pads.SLABS.take(side.send[1], self.device),
+                       _pads.SLABS.take(side.recv[1], self.device))
             self.buffers[axis, index] = buffers
         send, recv = buffers
         _device_blocks.pack(padded, *side.send, send)
-        return Message(side, send.ptr, recv.ptr, count)
+        return Message(side, send.ptr, recv.ptr, count), True
 
     def close(self):
+        """Pool the slab buffers (work on them may still be queued where
+        an exchange failed: they are handed out after a device
+        synchronize)."""
+        for buffers in self.buffers.values():
+            for buffer in buffers:
+                _pads.SLABS.give_back(buffer, complete=False)
         self.buffers = {}
 
 
