@@ -1212,6 +1212,54 @@ cuda_stream_synchronize(PyObject *self, PyObject *args)
 #endif
 }
 
+PyDoc_STRVAR(device_copy_pitched_doc,
+"device_copy_pitched(dst_ptr, dst_strides, src_ptr, src_strides, shape)\n"
+"    -> bool\n"
+"\n"
+"dst = src for two float64 device views of `shape` (3D, leading unit\n"
+"axes; byte strides) as one pitched cudaMemcpy3D on the legacy default\n"
+"stream, complete on return: True; False (nothing done) where a view's\n"
+"rows are not of unit stride or its planes not a whole number of rows\n"
+"apart.");
+
+static PyObject *
+device_copy_pitched(PyObject *self, PyObject *args)
+{
+    unsigned long long dst, src;
+    PyObject *dst_strides_obj, *src_strides_obj, *shape_obj;
+    if (!PyArg_ParseTuple(args, "KOKOO:device_copy_pitched", &dst,
+                          &dst_strides_obj, &src, &src_strides_obj,
+                          &shape_obj)) {
+        return NULL;
+    }
+#ifdef CS_HAVE_CUDA
+    ptrdiff_t dst_strides[3], src_strides[3], shape[3];
+    if (parse_triple(dst_strides_obj, "dst_strides", dst_strides) < 0
+        || parse_triple(src_strides_obj, "src_strides", src_strides) < 0
+        || parse_triple(shape_obj, "shape", shape) < 0) {
+        return NULL;
+    }
+    char msg[256] = "";
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_copy_pitched((void *)(uintptr_t)dst, dst_strides,
+                                  (const void *)(uintptr_t)src, src_strides,
+                                  shape, msg, sizeof(msg));
+    Py_END_ALLOW_THREADS
+    if (status == CS_ERR_UNSUPPORTED) {
+        Py_RETURN_FALSE;
+    }
+    if (status != CS_OK) {
+        PyErr_Format(PyExc_RuntimeError, "%s", msg);
+        return NULL;
+    }
+    Py_RETURN_TRUE;
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
 PyDoc_STRVAR(cuda_device_synchronize_doc,
 "cuda_device_synchronize()\n"
 "\n"
@@ -1287,6 +1335,8 @@ static PyMethodDef core_methods[] = {
      cuda_stream_synchronize_doc},
     {"cuda_device_synchronize", cuda_device_synchronize, METH_NOARGS,
      cuda_device_synchronize_doc},
+    {"device_copy_pitched", device_copy_pitched, METH_VARARGS,
+     device_copy_pitched_doc},
     {NULL, NULL, 0, NULL}
 };
 

@@ -428,6 +428,9 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
         def session_view(self, handle):
             return 4096, (0, 8 * 40, 8), (1, 12, 30)  # rows padded to 40
 
+        def session_halo(self, handle):
+            return 0, 1, 1
+
         def session_copy(self, handle, starts, sizes, ptr, put):
             log.append(("put" if put else "get", starts, sizes, ptr))
 
@@ -445,6 +448,10 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
                 return
             assert grid.shape == (12, 30) and grid.strides == (320, 8)
             assert not _device_blocks.is_contiguous((2, 30), grid.strides)
+            # one rank, one layout: axis 0's slabs also move as whole rows
+            # (halo and padding along), the others' are packed
+            assert grid.span((2, 0), (2, 30)) == (4096 + 2 * 320, 2 * 40)
+            assert grid.span((0, 1), (12, 2)) is None
             _device_blocks.pack(grid, (2, 0), (2, 30),
                                 types.SimpleNamespace(ptr=7))
             _device_blocks.unpack(types.SimpleNamespace(ptr=8), grid,
@@ -492,10 +499,18 @@ def test_device_block_copy_passes_the_engine_a_path_code(monkeypatch):
                 assert type(args[position]) is int, (position, args)
             return {}
 
+        def device_copy_pitched(self, *args):
+            pitched.append(args)
+            return False  # as for a layout it cannot express
+
+    pitched = []
     monkeypatch.setattr(_engine, "_core", FakeCore())
+    monkeypatch.setattr(_device_blocks, "_core", FakeCore())
     src = _device_blocks.StridedView(None, 4096, (3, 5), (40, 8))
     dst = _device_blocks.StridedView(None, 8192, (3, 5), (80, 8))
     _device_blocks.copy(src, dst)
+    # a pitched copy first (3D, leading unit axes), then the engine
+    assert pitched == [(8192, (0, 80, 8), 4096, (0, 40, 8), (1, 3, 5))]
     (args,) = calls
     assert args[0] == 4096 and args[3] == 8192
     assert args[7] == 0 and args[10] == _core.PATH_AUTO  # steps, path

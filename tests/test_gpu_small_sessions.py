@@ -189,3 +189,51 @@ def test_session_errors(rng):
     # a session dropped without closing frees itself
     Session(grid, w, 1, "wrap")
     cs.clear_cache()
+
+
+@pytest.mark.parametrize("shape, starts, sizes", [
+    ((7, 9, 10), (2, 1, 3), (3, 5, 4)),     # a box inside: pitched rows
+    ((9, 6, 5), (2, 0, 0), (4, 6, 5)),      # whole planes: one run
+    ((1, 12, 11), (0, 2, 0), (1, 5, 11)),   # 2D rows
+    ((6, 5, 4), (0, 0, 1), (6, 5, 1))])     # one column: rows of one
+def test_device_block_copies_are_exact(rng, shape, starts, sizes):
+    """The distributed layer's block copies (_device_blocks.copy: one
+    pitched cudaMemcpy3D where the rows are contiguous, a zero-step
+    engine call otherwise) move a box out of a block and into another
+    block's box exactly, touching nothing else."""
+    from convstencil.distributed import _device_blocks
+    host = rng.uniform(-1, 1, shape)
+    where = tuple(slice(a, a + n) for a, n in zip(starts, sizes))
+    block = _device_blocks.upload(host)
+    box = cs.DeviceArray(sizes)
+    _device_blocks.copy(_device_blocks.region(block, starts, sizes), box)
+    np.testing.assert_array_equal(box.get(), host[where])
+    other = _device_blocks.upload(np.full(shape, 7.0))
+    _device_blocks.copy(box, _device_blocks.region(other, starts, sizes))
+    want = np.full(shape, 7.0)
+    want[where] = host[where]
+    np.testing.assert_array_equal(other.get(), want)
+    np.testing.assert_array_equal(block.get(), host)
+
+
+def test_pitched_copy_refuses_what_it_cannot_express(rng):
+    """_core.device_copy_pitched copies views of contiguous rows whose
+    planes are whole numbers of rows apart, and refuses (False, nothing
+    written) the rest: the caller then copies through the engine."""
+    host = rng.uniform(-1, 1, (4, 6, 8))
+    src = cs.DeviceArray(host.shape)
+    _core.to_device(src.ptr, host)
+    dst = cs.DeviceArray(host.shape)
+    _core.to_device(dst.ptr, np.zeros(host.shape))
+    strides = c_strides(host.shape)
+    every_other = (strides[0], strides[1], 16)    # rows not contiguous
+    ragged = (strides[0] + 8, strides[1], 8)      # planes between rows
+    for bad in (every_other, ragged):
+        assert _core.device_copy_pitched(dst.ptr, strides, src.ptr, bad,
+                                         (4, 6, 4)) is False
+        assert _core.device_copy_pitched(dst.ptr, bad, src.ptr, strides,
+                                         (4, 6, 4)) is False
+    assert not dst.get().any()
+    assert _core.device_copy_pitched(dst.ptr, strides, src.ptr, strides,
+                                     host.shape) is True
+    np.testing.assert_array_equal(dst.get(), host)

@@ -68,6 +68,18 @@ cs_cuda_set_device(int device, char *msg, size_t msg_len);
  */
 cs_status
 cs_cuda_stream_synchronize(uintptr_t stream, char *msg, size_t msg_len);
+/*
+ * dst = src for two float64 device views of `shape` (3D, leading unit
+ * axes) with byte strides, as one pitched copy on the legacy default
+ * stream, complete on return; CS_ERR_UNSUPPORTED (nothing done, no
+ * message) where a view is not rows of unit stride with its planes a
+ * whole number of rows apart.
+ */
+cs_status
+cs_cuda_copy_pitched(void *dst, const ptrdiff_t dst_strides[3],
+                     const void *src, const ptrdiff_t src_strides[3],
+                     const ptrdiff_t shape[3], char *msg, size_t msg_len);
+
 /* Wait for every stream's work on the current device. */
 cs_status
 cs_cuda_device_synchronize(char *msg, size_t msg_len);

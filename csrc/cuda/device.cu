@@ -10,6 +10,7 @@
  * kernel image for (compiled for sm_90, run on an older GPU) counts as
  * unusable, found by asking the runtime for a probe kernel's attributes.
  */
+#include <string.h>
 #include "cuda_engine.h"
 #include "check.cuh"
 
@@ -141,6 +142,70 @@ cs_cuda_device_synchronize(char *msg, size_t msg_len)
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         cs_say(msg, msg_len, "cudaDeviceSynchronize: %s",
+               cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return CS_ERR_CUDA;
+    }
+    return CS_OK;
+}
+
+/* The rows pitch and rows-per-plane of a view of `shape` with byte
+   `strides` as cudaMemcpy3D sees it; 0 where it is not one (unit rows,
+   planes a whole number of rows apart, every stride positive). */
+static int
+pitched_layout(const ptrdiff_t strides[3], const ptrdiff_t shape[3],
+               size_t *pitch, size_t *rows)
+{
+    const ptrdiff_t width = shape[2] * (ptrdiff_t)sizeof(double);
+    if (shape[2] > 1 && strides[2] != (ptrdiff_t)sizeof(double)) {
+        return 0;
+    }
+    ptrdiff_t p = shape[1] > 1 ? strides[1] : width;
+    if (p < width || p <= 0) {
+        return 0;
+    }
+    ptrdiff_t h = shape[1];
+    if (shape[0] > 1) {
+        if (strides[0] <= 0 || strides[0] % p != 0 || strides[0] / p < h) {
+            return 0;
+        }
+        h = strides[0] / p;
+    }
+    *pitch = (size_t)p;
+    *rows = (size_t)h;
+    return 1;
+}
+
+cs_status
+cs_cuda_copy_pitched(void *dst, const ptrdiff_t dst_strides[3],
+                     const void *src, const ptrdiff_t src_strides[3],
+                     const ptrdiff_t shape[3], char *msg, size_t msg_len)
+{
+    size_t dst_pitch, dst_rows, src_pitch, src_rows;
+    if (!pitched_layout(dst_strides, shape, &dst_pitch, &dst_rows)
+        || !pitched_layout(src_strides, shape, &src_pitch, &src_rows)) {
+        return CS_ERR_UNSUPPORTED;
+    }
+    if (shape[0] == 0 || shape[1] == 0 || shape[2] == 0) {
+        return CS_OK;
+    }
+    cudaMemcpy3DParms p;
+    memset(&p, 0, sizeof(p));
+    p.srcPtr = make_cudaPitchedPtr((void *)src, src_pitch,
+                                   (size_t)shape[2] * sizeof(double),
+                                   src_rows);
+    p.dstPtr = make_cudaPitchedPtr(dst, dst_pitch,
+                                   (size_t)shape[2] * sizeof(double),
+                                   dst_rows);
+    p.extent = make_cudaExtent((size_t)shape[2] * sizeof(double),
+                               (size_t)shape[1], (size_t)shape[0]);
+    p.kind = cudaMemcpyDeviceToDevice;
+    cudaError_t e = cudaMemcpy3DAsync(&p, cudaStreamLegacy);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(cudaStreamLegacy);
+    }
+    if (e != cudaSuccess) {
+        cs_say(msg, msg_len, "cudaMemcpy3DAsync (device box): %s",
                cudaGetErrorString(e));
         (void)cudaGetLastError();
         return CS_ERR_CUDA;

@@ -71,6 +71,7 @@ typedef enum cudaError {
     cudaErrorNoDevice = 100,
 } cudaError_t;
 typedef struct CUstream_st *cudaStream_t;
+#define cudaStreamLegacy ((cudaStream_t)0x1)
 typedef struct CUevent_st *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
                       cudaMemcpyDeviceToDevice = 3 };

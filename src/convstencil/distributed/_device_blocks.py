@@ -8,7 +8,7 @@ write any strides.
 """
 import numpy as np
 
-from .. import _device, _engine
+from .. import _core, _device, _engine
 
 
 class StridedView:
@@ -93,11 +93,28 @@ def unpack(buf, base, starts, sizes):
         copy(whole(buf, stream=1), region(base, starts, sizes))
 
 
+# streams that work queued on the legacy default stream follows anyway
+# (CUDA Array Interface: None / 0 for no stream, 1 for the legacy one)
+_ORDERED_STREAMS = (0, 1)
+
+
 def copy(src, dst):
     """dst[...] = src on the GPU (any strides, same shape); returns when
-    the copy is complete."""
-    _engine.copy_device(_device.device_view(src, known=True),
-                        _device.device_view(dst, "out", known=True))
+    the copy is complete.  Views whose rows are contiguous go as one
+    pitched cudaMemcpy3D (a padded block's owned part, a slab), at the
+    copy rate; others as a zero-step engine call."""
+    source = _device.device_view(src, known=True)
+    target = _device.device_view(dst, "out", known=True)
+    if (source.dtype == np.float64 and target.dtype == np.float64
+            and tuple(source.shape) == tuple(target.shape)
+            and not source.overlaps(target)):
+        if source.stream not in _ORDERED_STREAMS:
+            _core.cuda_stream_synchronize(source.stream)
+        if _core.device_copy_pitched(target.ptr, target.strides_3d(),
+                                     source.ptr, source.strides_3d(),
+                                     target.shape_3d()):
+            return
+    _engine.copy_device(source, target)
 
 
 def upload(host):
