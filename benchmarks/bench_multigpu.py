@@ -4,7 +4,8 @@ single-GPU convstencil.apply: weak and strong scaling efficiency.
 One rank per GPU (`mpiexec -n N`; the ranks of a host take its GPUs in
 turn), blocks in device memory, ghosts through NCCL, NVLink multicast off
 (NCCL_NVLS_ENABLE=0, set here for every rank).  Grids are cut along axis
-0 (dims (N, 1[, 1])), mode wrap, random data.
+0 (dims (N, 1[, 1])), or with --dims balanced as MPI.Compute_dims cuts
+them (scatter's default); mode wrap, random data.
 
 What is timed, in each `mpiexec -n N` (the same run for both sides):
 
@@ -87,11 +88,16 @@ PART_KEYS = ("setup_seconds", "load_seconds", "exchange_pack_seconds",
 # ---------------------------------------------------------------------------
 # one rank: the grids
 
-def _layout(kind, extent, size):
-    """(global shape, dims) of a case on `size` ranks."""
+def _layout(kind, extent, size, dims="slabs"):
+    """(global shape, dims) of a case on `size` ranks: cut along axis 0
+    ("slabs"), or as MPI.Compute_dims cuts it ("balanced", scatter's
+    default: 2 x 2 on 4 ranks)."""
     shape = tuple(extent)
     if kind == "weak":
         shape = (extent[0] * size,) + tuple(extent[1:])
+    if dims == "balanced":
+        from mpi4py import MPI
+        return shape, tuple(MPI.Compute_dims(size, [0] * len(shape)))
     return shape, (size,) + (1,) * (len(shape) - 1)
 
 
@@ -302,6 +308,7 @@ def _distributed_record(comm, d, seconds, info, steps, halo_steps):
     exchange = _slowest(comm, info["exchange_seconds"])
     return {"system": DISTRIBUTED, "gpus": comm.Get_size(),
             "grid": list(d.shape), "block": list(d.local_shape),
+            "dims": list(d.dims),
             "steps": steps, "forced_halo_steps": halo_steps,
             "halo_steps": info["halo_steps"], "rounds": info["rounds"],
             "seconds": seconds, "seconds_per_step": seconds / steps,
@@ -343,7 +350,7 @@ def worker(args):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     for kind, preset, extent, steps in _cases(args):
-        shape, dims = _layout(kind, extent, comm.Get_size())
+        shape, dims = _layout(kind, extent, comm.Get_size(), args.dims)
         d = _distributed_grid(comm, shape, dims, args.backend)
         names = comm.allgather(_gpu_name(d))
         tag = dict(kind=kind, preset=preset, case=list(extent),
@@ -485,7 +492,12 @@ def _rate(value):
 
 
 def _grid(r):
-    return "x".join(map(str, r["grid"]))
+    """The grid, and the process grid where it is not slabs."""
+    text = "x".join(map(str, r["grid"]))
+    dims = r.get("dims") or []
+    if any(p > 1 for p in dims[1:]):
+        text += " (ranks %s)" % "x".join(map(str, dims))
+    return text
 
 
 def table(records):
@@ -680,6 +692,7 @@ def _gpu_facts():
 def _worker_args(args):
     out = ["--repeat", str(args.repeat), "--backend", args.backend,
            "--sweep"] + [str(k) for k in args.sweep]
+    out += ["--dims", args.dims]
     out += ["--quick"] if args.quick else []
     out += ["--self-exchange"] if args.self_exchange else []
     for case in args.case or []:
@@ -759,6 +772,10 @@ def main():
                         help="the halo depths forced on more than one GPU "
                              "(none: the model's k only); default %s"
                              % " ".join(map(str, SWEEP)))
+    parser.add_argument("--dims", choices=["slabs", "balanced"],
+                        default="slabs",
+                        help="the process grid: slabs along axis 0, or "
+                             "MPI.Compute_dims's (scatter's default)")
     parser.add_argument("--timeout", type=int, default=300,
                         help="seconds per mpiexec launch")
     parser.add_argument("--self-exchange", action="store_true",
