@@ -52,6 +52,7 @@ commit) in each.
 """
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -149,26 +150,27 @@ def _empty_like(block, shape):
 
 
 def _tiled(block, shape):
-    """A grid of `shape` holding copies of `block` along axis 0 (the
-    plain whole-grid run's input; no host copy for device blocks)."""
+    """A grid of `shape` holding copies of `block` side by side along
+    every axis (the plain whole-grid run's input; no host copy for
+    device blocks)."""
     whole = _empty_like(block, shape)
-    n = block.shape[0]
-    for start in range(0, shape[0], n):
-        size = min(n, shape[0] - start)
-        _copy_rows(block, whole, start, size)
+    starts = [range(0, n, b) for n, b in zip(shape, block.shape)]
+    for start in itertools.product(*starts):
+        sizes = tuple(min(b, n - s)
+                      for s, b, n in zip(start, block.shape, shape))
+        _copy_box(block, whole, start, sizes)
     return whole
 
 
-def _copy_rows(block, whole, start, size):
-    """whole[start:start + size] = block[:size]."""
+def _copy_box(block, whole, start, sizes):
+    """whole[start:start + sizes] = block[:sizes]."""
     if isinstance(whole, np.ndarray):
-        whole[start:start + size] = block[:size]
+        whole[tuple(slice(s, s + n) for s, n in zip(start, sizes))] = \
+            block[tuple(slice(0, n) for n in sizes)]
         return
     from convstencil.distributed import _device_blocks as blocks
-    rest = tuple(whole.shape[1:])
-    zeros = (0,) * len(rest)
-    blocks.copy(blocks.region(block, (0,) + zeros, (size,) + rest),
-                blocks.region(whole, (start,) + zeros, (size,) + rest))
+    blocks.copy(blocks.region(block, (0,) * len(sizes), sizes),
+                blocks.region(whole, start, sizes))
 
 
 def _gpu_name(d):

@@ -311,6 +311,7 @@ def test_padded_blocks_are_pooled_and_reused_exactly(comm, shared_rng):
     change no result, the pool holds at most KEEP blocks, and
     clear_cache() frees them."""
     import gc
+    import weakref
     from convstencil.distributed import _pads
     csd = _csd()
     w = cs.Stencil("box2d9p").weights
@@ -330,8 +331,10 @@ def test_padded_blocks_are_pooled_and_reused_exactly(comm, shared_rng):
     np.testing.assert_array_equal(download(first.local), kept)
     ptrs = {lease.ptr, second.local.base.ptr} | {
         p.ptr for p in _pads.PADS.pooled()}
+    gone = weakref.ref(lease)
     del first, lease
     gc.collect()
+    assert gone() is None, gc.get_referrers(gone())
     assert len(_pads.PADS.pooled()) == 2  # the first result's came back
     third = _apply_staged(comm, grids[2], 4, 2)
     assert third.local.base.ptr in ptrs
