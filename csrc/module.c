@@ -640,10 +640,12 @@ open_session(PyObject *capsule)
 
 PyDoc_STRVAR(session_open_doc,
 "session_open(in_ptr, in_strides, shape, weights, round_steps, mode,\n"
-"             cval, path) -> (session, path)\n"
+"             cval, path[, at, box]) -> (session, path)\n"
 "\n"
 "Load the float64 device grid at in_ptr (byte strides and shape 3D,\n"
-"leading unit axes; 2D and 3D grids) into the engine's own layout, to\n"
+"leading unit axes; 2D and 3D grids) into the engine's own layout, or\n"
+"with `at` and `box` an array of extents `box` into the box at `at` of\n"
+"a grid of `shape` (the rest the caller writes before a round), to\n"
 "be advanced in rounds of round_steps (session_run), read and written\n"
 "between rounds (session_view, session_copy) and stored once\n"
 "(session_close); `path` is the one its plan runs.  On the current\n"
@@ -653,21 +655,29 @@ static PyObject *
 session_open(PyObject *self, PyObject *args)
 {
     unsigned long long in_ptr;
-    PyObject *strides_obj, *shape_obj;
+    PyObject *strides_obj, *shape_obj, *at_obj = NULL, *box_obj = NULL;
     PyArrayObject *weights;
     long steps;
     int mode, path;
     double cval;
-    if (!PyArg_ParseTuple(args, "KOOO!lidi:session_open", &in_ptr,
+    if (!PyArg_ParseTuple(args, "KOOO!lidi|OO:session_open", &in_ptr,
                           &strides_obj, &shape_obj, &PyArray_Type, &weights,
-                          &steps, &mode, &cval, &path)) {
+                          &steps, &mode, &cval, &path, &at_obj, &box_obj)) {
         return NULL;
     }
 #ifdef CS_HAVE_CUDA
-    ptrdiff_t strides[3], shape[3];
+    ptrdiff_t strides[3], shape[3], at[3] = {0, 0, 0}, box_ext[3];
     if (parse_triple(strides_obj, "in_strides", strides) < 0
-        || parse_triple(shape_obj, "shape", shape) < 0) {
+        || parse_triple(shape_obj, "shape", shape) < 0
+        || (at_obj != NULL && parse_triple(at_obj, "at", at) < 0)) {
         return NULL;
+    }
+    if (box_obj != NULL) {
+        if (parse_triple(box_obj, "box", box_ext) < 0) {
+            return NULL;
+        }
+    } else {
+        memcpy(box_ext, shape, sizeof(box_ext));
     }
     if (steps < 1 || mode < 0 || mode >= CS_MODE_COUNT || shape[0] < 1
         || shape[1] < 1 || shape[2] < 1) {
@@ -690,8 +700,9 @@ session_open(PyObject *self, PyObject *args)
     char detail[512] = "";
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = cs_cuda_session_open(&in, shape, &kernel, (cs_mode)mode, cval,
-                                  steps, (cs_cuda_path)path, &box->x, detail,
+    status = cs_cuda_session_open(&in, shape, at, box_ext, &kernel,
+                                  (cs_mode)mode, cval, steps,
+                                  (cs_cuda_path)path, &box->x, detail,
                                   sizeof(detail));
     Py_END_ALLOW_THREADS
     cs_kernel_free(&kernel);

@@ -408,11 +408,12 @@ class _OneRank:
 
 
 def test_session_rounds_drive_an_engine_session(monkeypatch):
-    """Without a GPU: the session loop exchanges the first padded block's
-    ghosts, opens one session on it, and each round after the first
-    exchanges through the session's grid (its boxes packed and unpacked
-    by the session) and then runs; the store goes to the second block; a
-    non-finite result is reported."""
+    """Without a GPU: the session loop opens one session loaded with the
+    owned block at its place in the padded grid (no padded block is
+    read), and each round exchanges through the session's grid (its
+    boxes packed and unpacked by the session, or spans of whole rows)
+    and then runs; the store goes to the second block; a non-finite
+    result is reported."""
     from convstencil import _core, _engine
     from convstencil.distributed import _device_blocks, _run
     log = []
@@ -421,8 +422,9 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
         def __getattr__(self, name):  # the rest (codes, the planner)
             return getattr(_core, name)
 
-        def session_open(self, ptr, strides, shape, w, k, mode, cval, path):
-            log.append(("open", ptr, strides, shape, k))
+        def session_open(self, ptr, strides, shape, w, k, mode, cval, path,
+                         at, box):
+            log.append(("open", ptr, strides, shape, k, at, box))
             return "handle", "cuda-core"
 
         def session_view(self, handle):
@@ -443,9 +445,6 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
 
     class Link:
         def exchange(self, grid):
-            if grid is pads[0]:  # before the session: the block's ghosts
-                log.append("exchange the block")
-                return
             assert grid.shape == (12, 30) and grid.strides == (320, 8)
             assert not _device_blocks.is_contiguous((2, 30), grid.strides)
             # one rank, one layout: axis 0's slabs also move as whole rows
@@ -458,26 +457,25 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
                                   (0, 0), (2, 30))
 
     monkeypatch.setattr(_engine, "_core", FakeCore())
-    pads = [types.SimpleNamespace(ptr=100, shape=(12, 30)),
-            types.SimpleNamespace(ptr=200, shape=(12, 30))]
-    d = types.SimpleNamespace(comm=_OneRank())
+    pads = [None, types.SimpleNamespace(ptr=200, shape=(12, 30))]
+    block = _device_blocks.StridedView(None, 100, (10, 30), (240, 8))
+    d = types.SimpleNamespace(comm=_OneRank(), local=block)
+    plan = types.SimpleNamespace(padded_shape=(12, 30), owned_starts=(1, 0))
     w = convstencil.Stencil("heat2d").weights
     times = dict(exchange=0.0, compute=0.0, vote=0.0)
     nonfinite = [False]
-    path = _run._session_rounds(d, pads, Link(), w, 3, 2, "wrap", 0.0,
+    path = _run._session_rounds(d, pads, plan, Link(), w, 3, 2, "wrap", 0.0,
                                 "cuda", times)
     assert path == "cuda-core"  # the engine's word for its plan
-    # the ghosts exchanged before the session loads the block, so the
-    # first round only runs
-    assert log[0] == "exchange the block"
-    assert log[1] == ("open", 100, (0, 240, 8), (1, 12, 30), 3)
+    assert log[0] == ("open", 100, (0, 240, 8), (1, 12, 30), 3, (0, 1, 0),
+                      (1, 10, 30))
     round_ = [("get", (0, 2, 0), (1, 2, 30), 7),
               ("put", (0, 0, 0), (1, 2, 30), 8), "run"]
-    assert log[2:] == ["run"] + round_ + [("close", 200, (0, 240, 8))]
-    assert times["vote"] > 0  # every round's check, and the first's
+    assert log[1:] == round_ + round_ + [("close", 200, (0, 240, 8))]
+    assert times["vote"] > 0  # every round's check
     nonfinite[0] = True
     log.clear()
-    assert _run._session_rounds(d, pads, Link(), w, 3, 1, "wrap", 0.0,
+    assert _run._session_rounds(d, pads, plan, Link(), w, 3, 1, "wrap", 0.0,
                                 "cuda", times) is None
 
 

@@ -212,8 +212,12 @@ cs_cuda_cache_info(size_t *device_bytes, int *blocks, size_t *pinned_bytes,
  */
 typedef struct cs_cuda_session cs_cuda_session;
 
+/* The grid is `shape`; `in` (extents `box`) is loaded at `at` in it,
+   the rest left for the caller to write before the first round (box =
+   shape, at = 0: the whole grid). */
 cs_status
 cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
+                     const ptrdiff_t at[3], const ptrdiff_t box[3],
                      const cs_kernel *kernel, cs_mode mode, double cval,
                      long round_steps, cs_cuda_path path,
                      cs_cuda_session **out, char *err, size_t err_len);

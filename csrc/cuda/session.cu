@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "engine.cuh"
+#include "transfer.cuh"
 
 struct cs_cuda_session {
     cs_cuda_ctx ctx;
@@ -90,8 +91,22 @@ plan_round(cs_cuda_session *x, const ptrdiff_t shape[3], long steps,
     return CS_OK;
 }
 
+/* Whether the box of extents `box` at `at` lies in a grid of `shape`. */
+static int
+box_inside(const ptrdiff_t shape[3], const ptrdiff_t at[3],
+           const ptrdiff_t box[3])
+{
+    for (int a = 0; a < 3; a++) {
+        if (at[a] < 0 || box[a] < 1 || at[a] > shape[a] - box[a]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 cs_status
 cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
+                     const ptrdiff_t at[3], const ptrdiff_t box[3],
                      const cs_kernel *kernel, cs_mode mode, double cval,
                      long round_steps, cs_cuda_path path,
                      cs_cuda_session **out, char *err, size_t err_len)
@@ -112,6 +127,13 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
     if (st == CS_OK && (in->dtype != CS_DTYPE_FLOAT64 || round_steps < 1)) {
         cs_cuda_message(ctx, "a session loads a float64 grid and runs "
                              "rounds of at least one step");
+        st = CS_ERR_INVALID;
+    }
+    if (st == CS_OK && !box_inside(shape, at, box)) {
+        cs_cuda_message(ctx, "the box at %td, %td, %td of %td x %td x %td "
+                             "is not in the %td x %td x %td grid",
+                        at[0], at[1], at[2], box[0], box[1], box[2],
+                        shape[0], shape[1], shape[2]);
         st = CS_ERR_INVALID;
     }
     if (st == CS_OK) {
@@ -135,9 +157,9 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
                            "cudaMemsetAsync (non-finite flags)");
     }
     if (st == CS_OK) {
-        const cs_grid_io io = {NULL, NULL, in, NULL, 0};
-        st = cs_load_grid(ctx, x->s.lane, &io, &x->plan, &x->L.g[0],
-                          x->buf[1]);
+        /* a session's plan never folds: the array goes in as it is */
+        st = cs_cuda_load_array(ctx, &x->L.g[0], at, in, box,
+                                x->s.lane->flags + 0);
     }
     if (st == CS_OK) {
         st = check(ctx, cudaStreamSynchronize(ctx->stream),

@@ -300,13 +300,20 @@ def _lead(ndim):
     return 3 - ndim
 
 
-def session_open(ptr, shape, strides, weights, *, steps, mode, cval, path):
-    """Open a session on the float64 device block at `ptr` (its `shape`
-    and byte `strides`, 1 to 3 axes): returns (handle, path name)."""
+def session_open(ptr, shape, strides, weights, *, steps, mode, cval, path,
+                 at=None, box=None):
+    """Open a session on a grid of `shape` (1 to 3 axes) loaded from the
+    float64 device array at `ptr` (byte `strides`): the whole grid, or
+    an array of extents `box` into the box at `at` (the rest is the
+    caller's to write before a round).  Returns (handle, path name)."""
     lead = _lead(len(shape))
+    at = (0,) * len(shape) if at is None else at
+    box = shape if box is None else box
     return _core.session_open(ptr, (0,) * lead + tuple(strides),
                               (1,) * lead + tuple(shape), weights, steps,
-                              MODE_CODES[mode], cval, path)
+                              MODE_CODES[mode], cval, path,
+                              (0,) * lead + tuple(at),
+                              (1,) * lead + tuple(box))
 
 
 def session_run(handle):

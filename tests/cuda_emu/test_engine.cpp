@@ -498,8 +498,9 @@ static void session_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     cs_darray o{dout, CS_DTYPE_FLOAT64, {ny * nx * 8, nx * 8, 8}};
     char err[512] = "";
     cs_cuda_session *x = nullptr;
-    cs_status st = cs_cuda_session_open(&a, n, &kern, mode, 0.5, k, path, &x,
-                                        err, sizeof err);
+    const ptrdiff_t at[3] = {0, 0, 0};
+    cs_status st = cs_cuda_session_open(&a, n, at, n, &kern, mode, 0.5, k,
+                                        path, &x, err, sizeof err);
     bool ok = st == want;
     double rel = 0;
     int nonfinite = -1;

@@ -95,7 +95,7 @@ def unpack(buf, base, starts, sizes):
 
 # streams that work queued on the legacy default stream follows anyway
 # (CUDA Array Interface: None / 0 for no stream, 1 for the legacy one)
-_ORDERED_STREAMS = (0, 1)
+ORDERED_STREAMS = (0, 1)
 
 
 def copy(src, dst):
@@ -108,7 +108,7 @@ def copy(src, dst):
     if (source.dtype == np.float64 and target.dtype == np.float64
             and tuple(source.shape) == tuple(target.shape)
             and not source.overlaps(target)):
-        if source.stream not in _ORDERED_STREAMS:
+        if source.stream not in ORDERED_STREAMS:
             _core.cuda_stream_synchronize(source.stream)
         if _core.device_copy_pitched(target.ptr, target.strides_3d(),
                                      source.ptr, source.strides_3d(),

@@ -15,7 +15,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _backends, _engine
+from .. import _backends, _device, _engine
 from .. import apply as _engine_apply
 from .._stencil import resolve_weights
 from . import _device_blocks, _overlap, _pads, _plan, _transport
@@ -133,7 +133,9 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     plan, k = agree(comm, _plan.make_plan, d, w.shape, mode, steps,
                     halo_steps, taps, self_exchange, overlap, w, name)
     t0 = time.perf_counter()
-    pads = agree(comm, _padded, d, plan)
+    # an engine session loads the block itself (_session_rounds)
+    pads = agree(comm, _padded, d, plan,
+                 not _use_session(d, plan, k, steps))
     load = time.perf_counter() - t0
     link = _transport.open_transport(transport, comm, plan, d.on_device,
                                      d.device)
@@ -157,18 +159,24 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
                            dict(record), device=d.device)
 
 
-def _padded(d, plan):
-    """Two padded blocks, the first holding d's block."""
+def _padded(d, plan, fill=True):
+    """Two padded blocks, the first holding d's block where `fill`."""
     shape = plan.padded_shape
     if d.on_device:
         pads = [_pads.PADS.take(shape, d.device),
                 _pads.PADS.take(shape, d.device)]
-        _device_blocks.copy(d.local, _device_blocks.region(
-            pads[0], plan.owned_starts, plan.block_shape))
+        if fill:
+            _fill(d, pads[0], plan)
         return pads
     pads = [np.empty(shape), np.empty(shape)]
     pads[0][plan.owned()] = d.local
     return pads
+
+
+def _fill(d, padded, plan):
+    """d's block into the padded device block."""
+    _device_blocks.copy(d.local, _device_blocks.region(
+        padded, plan.owned_starts, plan.block_shape))
 
 
 def _owned(padded, plan, on_device):
@@ -254,12 +262,18 @@ class _Session:
     (_engine.session_*: loaded once, stored once), so that a round costs its
     exchange and its steps and not a load and a store of the block."""
 
-    def __init__(self, padded, w, k, mode, cval, name):
-        path = _backends.gpu_path(name, tuple(padded.shape), w, mode, k)
-        self.ndim = len(padded.shape)
+    def __init__(self, shape, block, at, w, k, mode, cval, name):
+        """A session on a grid of the padded `shape`, loaded with the
+        device array `block` (the owned block) at `at`: the ghosts are
+        the first exchange's to write."""
+        path = _backends.gpu_path(name, tuple(shape), w, mode, k)
+        self.ndim = len(shape)
+        view = _device.device_view(block, known=True)
+        if view.stream not in _device_blocks.ORDERED_STREAMS:
+            _engine.synchronize(view.stream)
         self.handle, self.path = _engine.session_open(
-            padded.ptr, padded.shape, _device_blocks.c_strides(padded.shape),
-            w, steps=k, mode=mode, cval=cval, path=path)
+            view.ptr, shape, view.strides, w, steps=k, mode=mode, cval=cval,
+            path=path, at=at, box=view.shape)
         self.spans = False  # set by _session_rounds where every rank may
 
     def layout(self):
@@ -346,34 +360,26 @@ def _vote(comm, failure, times):
         times["vote"] += time.perf_counter() - t0
 
 
-def _session_rounds(d, pads, link, w, k, rounds, mode, cval, name, times):
-    """`rounds` rounds of k steps in an engine session on pads[0] (left
-    as it was); the result goes to pads[1].  Returns the engine's path,
-    or None where a value was not finite on some rank: the caller then
-    runs the rounds again without a session."""
+def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
+                    times):
+    """`rounds` rounds of k steps in an engine session loaded with d's
+    block (the padded blocks are not read: the block goes straight into
+    the session's grid, and each round's exchange, the first included,
+    fills its ghosts); the result goes to pads[1].  Returns the engine's
+    path, or None where a value was not finite on some rank: the caller
+    then runs the rounds again without a session."""
     comm = d.comm
-    # the first exchange fills pads[0]'s ghosts before the session loads
-    # them: ghosts of fresh memory might not be finite, and a session that
-    # loads a non-finite value reports it, and its rounds are run again
-    failure = None
-    t0 = time.perf_counter()
-    try:
-        link.exchange(pads[0])
-    except BaseException as exc:  # noqa: B902 - voted on, re-raised
-        failure = exc
-    times["exchange"] += time.perf_counter() - t0
-    _vote(comm, failure, times)
     # a session left open by an exception is freed with its handle
-    session = agree(comm, _Session, pads[0], w, k, mode, cval, name)
+    session = agree(comm, _Session, plan.padded_shape, d.local,
+                    plan.owned_starts, w, k, mode, cval, name)
     layouts = comm.allgather(session.layout())
     session.spans = (session.spans_fit()
                      and all(layout == layouts[0] for layout in layouts))
-    for i in range(rounds):
+    for _ in range(rounds):
         failure = None
         try:
             t0 = time.perf_counter()
-            if i:
-                link.exchange(session.grid())
+            link.exchange(session.grid())
             t1 = time.perf_counter()
             session.run()
             times["exchange"] += t1 - t0
@@ -401,13 +407,15 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
     session = False
     if _use_session(d, plan, k, steps):
         whole = steps // k
-        path = _session_rounds(d, pads, link, w, k, whole, mode, cval, name,
-                               times)
+        path = _session_rounds(d, pads, plan, link, w, k, whole, mode, cval,
+                               name, times)
         if path is not None:
             session, engine.path = True, path
             rounds, cur, done = whole, 1, whole * k
-        # else: NaN or infinity met: every round again, each a call of its
-        # own, which keeps non-finite values where SciPy does
+        else:
+            # NaN or infinity met: every round again, each a call of its
+            # own, which keeps non-finite values where SciPy does
+            agree(comm, _fill, d, pads[0], plan)
     while done < steps:
         n = min(k, steps - done)
         failure = None
