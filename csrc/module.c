@@ -367,6 +367,17 @@ no_cuda_engine(void)
 #endif
 
 #ifdef CS_HAVE_CUDA
+/* None, or RuntimeError(msg) where status is not CS_OK. */
+static PyObject *
+none_or_runtime_error(cs_status status, const char *msg)
+{
+    if (status != CS_OK) {
+        PyErr_Format(PyExc_RuntimeError, "%s", msg);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* A tuple of 3 integers into v; -1 with an exception otherwise. */
 static int
 parse_triple(PyObject *t, const char *what, ptrdiff_t v[3])
@@ -1212,11 +1223,7 @@ cuda_stream_synchronize(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     status = cs_cuda_stream_synchronize((uintptr_t)stream, msg, sizeof(msg));
     Py_END_ALLOW_THREADS
-    if (status != CS_OK) {
-        PyErr_Format(PyExc_RuntimeError, "%s", msg);
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return none_or_runtime_error(status, msg);
 #else
     no_cuda_engine();
     return NULL;
@@ -1286,11 +1293,7 @@ cuda_device_synchronize(PyObject *self, PyObject *noargs)
     Py_BEGIN_ALLOW_THREADS
     status = cs_cuda_device_synchronize(msg, sizeof(msg));
     Py_END_ALLOW_THREADS
-    if (status != CS_OK) {
-        PyErr_Format(PyExc_RuntimeError, "%s", msg);
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return none_or_runtime_error(status, msg);
 #else
     no_cuda_engine();
     return NULL;

@@ -123,30 +123,31 @@ cs_cuda_set_device(int device, char *msg, size_t msg_len)
     return CS_OK;
 }
 
+/* CS_OK, or CS_ERR_CUDA with "what: the error" in msg (the error
+   cleared). */
+static cs_status
+runtime_status(cudaError_t e, const char *what, char *msg, size_t msg_len)
+{
+    if (e == cudaSuccess) {
+        return CS_OK;
+    }
+    cs_say(msg, msg_len, "%s: %s", what, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return CS_ERR_CUDA;
+}
+
 cs_status
 cs_cuda_stream_synchronize(uintptr_t stream, char *msg, size_t msg_len)
 {
-    cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
-    if (e != cudaSuccess) {
-        cs_say(msg, msg_len, "cudaStreamSynchronize: %s",
-               cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        return CS_ERR_CUDA;
-    }
-    return CS_OK;
+    return runtime_status(cudaStreamSynchronize((cudaStream_t)stream),
+                          "cudaStreamSynchronize", msg, msg_len);
 }
 
 cs_status
 cs_cuda_device_synchronize(char *msg, size_t msg_len)
 {
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        cs_say(msg, msg_len, "cudaDeviceSynchronize: %s",
-               cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        return CS_ERR_CUDA;
-    }
-    return CS_OK;
+    return runtime_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize",
+                          msg, msg_len);
 }
 
 /* The rows pitch and rows-per-plane of a view of `shape` with byte
@@ -204,13 +205,8 @@ cs_cuda_copy_pitched(void *dst, const ptrdiff_t dst_strides[3],
     if (e == cudaSuccess) {
         e = cudaStreamSynchronize(cudaStreamLegacy);
     }
-    if (e != cudaSuccess) {
-        cs_say(msg, msg_len, "cudaMemcpy3DAsync (device box): %s",
-               cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        return CS_ERR_CUDA;
-    }
-    return CS_OK;
+    return runtime_status(e, "cudaMemcpy3DAsync (device box)", msg,
+                          msg_len);
 }
 
 cs_status

@@ -98,6 +98,16 @@ def unpack(buf, base, starts, sizes):
 ORDERED_STREAMS = (0, 1)
 
 
+def ready_view(obj):
+    """The DeviceView of a device array whose producer's work is done or
+    queued before the legacy default stream's next work (its CAI
+    stream waited for where it is another)."""
+    view = _device.device_view(obj, known=True)
+    if view.stream not in ORDERED_STREAMS:
+        _core.cuda_stream_synchronize(view.stream)
+    return view
+
+
 def copy(src, dst):
     """dst[...] = src on the GPU (any strides, same shape); returns when
     the copy is complete.  Views whose rows are contiguous go as one
@@ -108,8 +118,7 @@ def copy(src, dst):
     if (source.dtype == np.float64 and target.dtype == np.float64
             and tuple(source.shape) == tuple(target.shape)
             and not source.overlaps(target)):
-        if source.stream not in ORDERED_STREAMS:
-            _core.cuda_stream_synchronize(source.stream)
+        source = ready_view(src)
         if _core.device_copy_pitched(target.ptr, target.strides_3d(),
                                      source.ptr, source.strides_3d(),
                                      target.shape_3d()):

@@ -15,7 +15,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import _backends, _device, _engine
+from .. import _backends, _engine
 from .. import apply as _engine_apply
 from .._stencil import resolve_weights
 from . import _device_blocks, _overlap, _pads, _plan, _transport
@@ -133,15 +133,16 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     plan, k = agree(comm, _plan.make_plan, d, w.shape, mode, steps,
                     halo_steps, taps, self_exchange, overlap, w, name)
     t0 = time.perf_counter()
+    session = _use_session(d, plan, k, steps)
     # an engine session loads the block itself (_session_rounds)
-    pads = agree(comm, _padded, d, plan,
-                 not _use_session(d, plan, k, steps))
+    pads = agree(comm, _padded, d, plan, not session)
     load = time.perf_counter() - t0
     link = _transport.open_transport(transport, comm, plan, d.on_device,
                                      d.device)
     setup = time.perf_counter() - started
     try:
-        record = _run(d, pads, plan, k, link, w, steps, mode, cval, name)
+        record = _run(d, pads, plan, k, link, w, steps, mode, cval, name,
+                      session)
     finally:
         link.close()
     record.update(device=d.device, setup_seconds=setup, load_seconds=load,
@@ -268,9 +269,7 @@ class _Session:
         the first exchange's to write."""
         path = _backends.gpu_path(name, tuple(shape), w, mode, k)
         self.ndim = len(shape)
-        view = _device.device_view(block, known=True)
-        if view.stream not in _device_blocks.ORDERED_STREAMS:
-            _engine.synchronize(view.stream)
+        view = _device_blocks.ready_view(block)
         self.handle, self.path = _engine.session_open(
             view.ptr, shape, view.strides, w, steps=k, mode=mode, cval=cval,
             path=path, at=at, box=view.shape)
@@ -395,7 +394,9 @@ def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
     return session.path
 
 
-def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
+def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session):
+    """The rounds; `use_session` (_use_session): whole rounds in an
+    engine session, whose grid loads the block (pads[0] left unfilled)."""
     comm = d.comm
     engine = _Engine(w, mode, cval, name)
     times = dict(exchange=0.0, compute=0.0, hidden=0.0, wait=0.0, vote=0.0)
@@ -405,7 +406,7 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name):
     start = time.perf_counter()
     done = 0
     session = False
-    if _use_session(d, plan, k, steps):
+    if use_session:
         whole = steps // k
         path = _session_rounds(d, pads, plan, link, w, k, whole, mode, cval,
                                name, times)
