@@ -232,7 +232,8 @@ def make_extension():
                 "csrc/host_copy.c", "csrc/cai_glue.c", "csrc/dlpack_glue.c",
                 "csrc/plan.c", "csrc/plan_glue.c", "csrc/scheme.c",
                 "csrc/scheme_glue.c", "csrc/scheme_plan.c",
-                "csrc/scheme_device_glue.c", "csrc/scheme_tables_glue.c"]
+                "csrc/scheme_device_glue.c", "csrc/scheme_tables_glue.c",
+                "csrc/peer_glue.c"]
                + sorted(glob.glob("csrc/cpu/*.c")))
     compile_args = ["-std=c99", "-O3", "-fopenmp", "-Wall", "-Wextra",
                     "-Wno-unused-parameter"]

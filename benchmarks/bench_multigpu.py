@@ -2,8 +2,10 @@
 single-GPU convstencil.apply: weak and strong scaling efficiency.
 
 One rank per GPU (`mpiexec -n N`; the ranks of a host take its GPUs in
-turn), blocks in device memory, ghosts through NCCL, NVLink multicast off
-(NCCL_NVLS_ENABLE=0, set here for every rank).  Grids are cut along axis
+turn), blocks in device memory, ghosts through the transport that
+--transport names (default "auto": CUDA IPC where every rank is on one
+host, else NCCL), NVLink multicast off (NCCL_NVLS_ENABLE=0, set here for
+every rank).  Grids are cut along axis
 0 (dims (N, 1[, 1])), or with --dims balanced as MPI.Compute_dims cuts
 them (scatter's default); mode wrap, random data.
 
@@ -364,12 +366,14 @@ def worker(args):
             if kind == "weak":
                 _self_exchange(comm, d, preset, steps, args, tag)
             continue
-        seconds, info = _timed(comm, d, preset, steps, None, args.repeat)
+        seconds, info = _timed(comm, d, preset, steps, None, args.repeat,
+                               transport=args.transport)
         _emit(comm, _distributed_record(comm, d, seconds, info, steps, None),
               tag)
         for k in _sweep(args, steps, comm.Get_size(), info["halo_steps"]):
             seconds, info = _timed(comm, d, preset, steps, k,
-                                   max(args.repeat // 2, 2))
+                                   max(args.repeat // 2, 2),
+                                   transport=args.transport)
             _emit(comm, _distributed_record(comm, d, seconds, info, steps,
                                             k), tag)
         del d
@@ -410,13 +414,13 @@ def _emit(comm, record, tag):
 
 
 def _self_exchange(comm, d, preset, steps, args, tag):
-    """One GPU exchanging with itself (wrap, axis 0 through NCCL) at the
-    model's k: the rounds of an engine session against one engine call
+    """One GPU exchanging with itself (wrap, axis 0 through the
+    transport) at the model's k: the rounds of an engine session against one engine call
     per round (CONVSTENCIL_DISTRIBUTED_SESSION=0)."""
     for session in (True, False):
         os.environ["CONVSTENCIL_DISTRIBUTED_SESSION"] = "1" if session else "0"
         seconds, info = _timed(comm, d, preset, steps, None, args.repeat,
-                               self_exchange=True)
+                               self_exchange=True, transport=args.transport)
         record = _distributed_record(comm, d, seconds, info, steps, None)
         _emit(comm, dict(record, self_exchange=True), tag)
     os.environ.pop("CONVSTENCIL_DISTRIBUTED_SESSION")
@@ -694,7 +698,7 @@ def _gpu_facts():
 def _worker_args(args):
     out = ["--repeat", str(args.repeat), "--backend", args.backend,
            "--sweep"] + [str(k) for k in args.sweep]
-    out += ["--dims", args.dims]
+    out += ["--dims", args.dims, "--transport", args.transport]
     out += ["--quick"] if args.quick else []
     out += ["--self-exchange"] if args.self_exchange else []
     for case in args.case or []:
@@ -741,16 +745,23 @@ def _record_provenance(prov):
             "commit": prov["commit"]}
 
 
+def _transports(records):
+    """The transports the distributed runs took, as a phrase."""
+    ran = sorted({r["transport"] for r in records
+                  if r.get("system") == DISTRIBUTED and r.get("transport")})
+    return " and ".join(ran) or "none run"
+
+
 def save(stem, prov, names, topology, records, text):
     head = ("# convstencil.distributed on %s: weak and strong scaling "
             "against plain convstencil.apply\n\n"
-            "%s\n\n- GPUs: %d (%s), one rank per GPU, NCCL, %s\n"
+            "%s\n\n- GPUs: %d (%s), one rank per GPU, transport %s, %s\n"
             "- MPI: %s\n- efficiency: weak, per-GPU rate / plain apply's "
             "rate on one block; strong, per-GPU rate / plain apply's rate "
             "on the whole grid on one GPU; plain apply timed in the same "
             "launch, on every GPU at once, the slowest GPU's median\n\n"
             % (prov["device"], common.provenance_sentence(prov),
-               len(names), ", ".join(names),
+               len(names), ", ".join(names), _transports(records),
                " ".join("%s=%s" % kv for kv in NO_MULTICAST.items()),
                prov["mpi"]))
     if topology:
@@ -778,6 +789,11 @@ def main():
                         default="slabs",
                         help="the process grid: slabs along axis 0, or "
                              "MPI.Compute_dims's (scatter's default)")
+    parser.add_argument("--transport", default="auto",
+                        choices=["auto", "cuda-ipc", "nccl", "cuda-mpi",
+                                 "staging"],
+                        help="the distributed runs' transport (records "
+                             "say which ran)")
     parser.add_argument("--timeout", type=int, default=300,
                         help="seconds per mpiexec launch")
     parser.add_argument("--self-exchange", action="store_true",

@@ -18,6 +18,7 @@
 #include "cai_glue.h"
 #include "dlpack_glue.h"
 #include "plan_glue.h"
+#include "peer_glue.h"
 #include "scheme_device_glue.h"
 #include "scheme_glue.h"
 #include "core_glue.h"
@@ -1349,6 +1350,15 @@ static PyMethodDef core_methods[] = {
      cuda_stream_synchronize_doc},
     {"cuda_device_synchronize", cuda_device_synchronize, METH_NOARGS,
      cuda_device_synchronize_doc},
+    {"cuda_ipc_export", cs_py_cuda_ipc_export, METH_VARARGS,
+     cs_py_cuda_ipc_export_doc},
+    {"cuda_ipc_open", cs_py_cuda_ipc_open, METH_VARARGS,
+     cs_py_cuda_ipc_open_doc},
+    {"cuda_ipc_close", cs_py_cuda_ipc_close, METH_VARARGS,
+     cs_py_cuda_ipc_close_doc},
+    {"cuda_can_access_peer", cs_py_cuda_can_access_peer, METH_VARARGS,
+     cs_py_cuda_can_access_peer_doc},
+    {"device_copies", cs_py_device_copies, METH_O, cs_py_device_copies_doc},
     {"device_copy_pitched", device_copy_pitched, METH_VARARGS,
      device_copy_pitched_doc},
     {NULL, NULL, 0, NULL}

@@ -44,6 +44,12 @@ def _nccl_loadable(comm):
     return comm.allreduce(ok, op=MPI.MIN) == 1
 
 
+def _ipc_usable(comm):
+    """Whether every rank maps the others' device memory (CUDA IPC)."""
+    from convstencil.distributed import _transport
+    return _transport._ipc_usable(comm, cs._core.cuda_current_device())
+
+
 def _run(comm, u, preset, mode, steps, **kw):
     csd = _csd()
     d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
@@ -53,7 +59,7 @@ def _run(comm, u, preset, mode, steps, **kw):
     return csd.gather(d1), d1
 
 
-@pytest.mark.parametrize("transport", ["auto", "staging"])
+@pytest.mark.parametrize("transport", ["auto", "cuda-ipc", "nccl", "staging"])
 @pytest.mark.parametrize("mode", ["wrap", "constant", "reflect"])
 @pytest.mark.parametrize("preset,shape", [("heat2d", (130, 97)),
                                           ("box2d49p", (96, 101)),
@@ -61,14 +67,18 @@ def _run(comm, u, preset, mode, steps, **kw):
                                           ("1d5p", (1001,))])
 def test_device_blocks_equal_cpu(comm, shared_rng, preset, shape, mode,
                                  transport):
+    if transport == "nccl" and not _nccl_loadable(comm):
+        pytest.skip("NCCL not found: pip install nvidia-nccl-cu12")
+    if transport == "cuda-ipc" and not _ipc_usable(comm):
+        pytest.skip("CUDA IPC is not usable between these ranks")
     u = shared_rng.uniform(-1, 1, shape)
     out, d1 = _run(comm, u, preset, mode, 11, halo_steps=4,
                    transport=transport)
     info = d1.info
     assert info["backend"] == "cuda"
-    assert info["transport"] in ("nccl", "cuda-mpi", "staging")
-    if transport == "staging":
-        assert info["transport"] == "staging"
+    assert info["transport"] in ("cuda-ipc", "nccl", "cuda-mpi", "staging")
+    if transport != "auto":
+        assert info["transport"] == transport
     if comm.Get_rank() == 0:
         ref = cs.apply(u, preset, steps=11, mode=mode, cval=0.25,
                        backend="cpu")
@@ -92,7 +102,8 @@ def _gpus_per_rank(comm):
 
 def test_one_gpu_per_rank(comm, shared_rng):
     """Ranks take the host's GPUs in turn: rank i on GPU i when there are
-    enough, each GPU current on its rank, and NCCL between them."""
+    enough, each GPU current on its rank, and CUDA IPC between them (NCCL
+    where it is not usable)."""
     rank, size, count = _gpus_per_rank(comm)
     u = shared_rng.random((64, 48))
     out, d1 = _run(comm, u, "heat2d", "wrap", 5, halo_steps=2)
@@ -102,7 +113,9 @@ def test_one_gpu_per_rank(comm, shared_rng):
     devices = comm.allgather(d1.device)
     if size <= count:
         assert len(set(devices)) == len(devices), devices
-        if _nccl_loadable(comm) and comm.Get_size() > 1:
+        if comm.Get_size() > 1 and _ipc_usable(comm):
+            assert d1.info["transport"] == "cuda-ipc"
+        elif comm.Get_size() > 1 and _nccl_loadable(comm):
             assert d1.info["transport"] == "nccl"
     if comm.Get_rank() == 0:
         assert_close(out, cs.apply(u, "heat2d", steps=5, mode="wrap",

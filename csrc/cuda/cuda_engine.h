@@ -69,6 +69,46 @@ cs_cuda_set_device(int device, char *msg, size_t msg_len);
 cs_status
 cs_cuda_stream_synchronize(uintptr_t stream, char *msg, size_t msg_len);
 /*
+ * CUDA IPC on one host (peer.cu), for the distributed layer's "cuda-ipc"
+ * transport.  cs_cuda_ipc_export: the allocation holding device pointer
+ * `ptr` (its `base` and `size`) and the handle another process opens it
+ * by.  cs_cuda_ipc_open: that allocation mapped here (`base`) and the
+ * device that holds it, as this process numbers its devices; close it
+ * with cs_cuda_ipc_close.  cs_cuda_can_access_peer: whether kernels and
+ * copies of `device` reach `peer`'s memory directly (1 for the same
+ * device).  CS_OK, or CS_ERR_CUDA / CS_ERR_INVALID / CS_ERR_UNSUPPORTED
+ * with the reason in `msg`.
+ */
+#define CS_IPC_HANDLE_BYTES 64
+
+cs_status
+cs_cuda_ipc_export(uintptr_t ptr, unsigned char handle[CS_IPC_HANDLE_BYTES],
+                   uintptr_t *base, size_t *size, char *msg, size_t msg_len);
+
+cs_status
+cs_cuda_ipc_open(const unsigned char handle[CS_IPC_HANDLE_BYTES],
+                 uintptr_t *base, int *device, char *msg, size_t msg_len);
+
+cs_status
+cs_cuda_ipc_close(uintptr_t base, char *msg, size_t msg_len);
+
+cs_status
+cs_cuda_can_access_peer(int device, int peer, int *can, char *msg,
+                        size_t msg_len);
+
+/*
+ * n (at most CS_MAX_COPIES) copies of bytes[i] from src[i] to dst[i]
+ * (device pointers, this process's or opened ones), each on a stream of
+ * its own so that the copy engines move them at once, after the work
+ * queued on the legacy default stream; complete on return.
+ */
+#define CS_MAX_COPIES 16
+
+cs_status
+cs_cuda_copies(int n, const uintptr_t *dst, const uintptr_t *src,
+               const size_t *bytes, char *msg, size_t msg_len);
+
+/*
  * dst = src for two float64 device views of `shape` (3D, leading unit
  * axes) with byte strides, as one pitched copy on the legacy default
  * stream, complete on return; CS_ERR_UNSUPPORTED (nothing done, no

@@ -74,7 +74,7 @@ typedef struct CUstream_st *cudaStream_t;
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 typedef struct CUevent_st *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
-                      cudaMemcpyDeviceToDevice = 3 };
+                      cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
 struct cudaPitchedPtr { void *ptr; size_t pitch, xsize, ysize; };
 struct cudaPos { size_t x, y, z; };
 struct cudaExtent { size_t width, height, depth; };
@@ -156,6 +156,24 @@ struct cudaPointerAttributes {
     void *devicePointer, *hostPointer;
 };
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
+// CUDA IPC between the processes of one host: device memory is shared
+// memory (a memfd), which another process maps through /proc/PID/fd.
+struct cudaIpcMemHandle_t { char reserved[64]; };
+#define cudaIpcMemLazyEnablePeerAccess 1
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p);
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h,
+                                 unsigned flags);
+cudaError_t cudaIpcCloseMemHandle(void *p);
+cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer);
+enum cudaDriverEntryPointQueryResult {
+    cudaDriverEntryPointSuccess = 0,
+    cudaDriverEntryPointSymbolNotFound = 1,
+};
+#define cudaEnableDefault 0
+// cuMemGetAddressRange alone
+cudaError_t cudaGetDriverEntryPointByVersion(
+    const char *symbol, void **fn, unsigned version, unsigned long long flags,
+    cudaDriverEntryPointQueryResult *result);
 
 // ---- kernel-side emulation hooks ------------------------------------
 void __syncthreads(void);

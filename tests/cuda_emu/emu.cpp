@@ -7,11 +7,17 @@
  * current when it was allocated (cudaPointerGetAttributes reports it,
  * cudaMemGetInfo counts it); the current device belongs to the calling
  * thread, as in CUDA.  One grid runs at a time in the process, whichever
- * host thread launched it.
+ * host thread launched it.  An allocation is a memfd mapped shared (plain
+ * host memory where that fails), so that CUDA IPC works between the
+ * processes of the host: a handle names the process and the descriptor,
+ * and the importer maps /proc/PID/fd/FD.
  */
 #include <chrono>
 #include <semaphore>
 #include <string>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "cuda_runtime.h"
 
 thread_local dim3 threadIdx, blockIdx;
@@ -31,9 +37,34 @@ thread_local Warp *my_warp = nullptr;
 struct Allocation {
     size_t bytes;
     int device;
+    int fd;  // the memfd behind it, -1 for plain host memory
 };
 std::mutex alloc_mutex;
 std::map<void *, Allocation> allocations;
+std::map<void *, Allocation> opened;  // other processes' (IPC), fd -1
+
+struct IpcHandle {  // what cudaIpcMemHandle_t holds here
+    char magic[8];
+    long pid;
+    int fd, device;
+    size_t bytes;
+};
+const char ipc_magic[8] = {'c', 's', 'e', 'm', 'u', 'i', 'p', 'c'};
+
+// Shared memory of `bytes`, or nullptr (and fd -1).
+void *shared_alloc(size_t bytes, int *fd) {
+    *fd = memfd_create("convstencil-emu", MFD_CLOEXEC);
+    if (*fd < 0) return nullptr;
+    void *q = nullptr;
+    if (ftruncate(*fd, (off_t)bytes) == 0)
+        q = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+    if (q == nullptr || q == MAP_FAILED) {
+        close(*fd);
+        *fd = -1;
+        return nullptr;
+    }
+    return q;
+}
 size_t allocated = 0;                 // every device's
 std::map<int, size_t> allocated_on;  // device -> its bytes
 thread_local int current_device = 0;
@@ -286,11 +317,12 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
         *p = nullptr;
         return last_error = cudaErrorMemoryAllocation;
     }
-    void *q = nullptr;
-    if (posix_memalign(&q, 256, bytes ? bytes : 1) != 0)
+    int fd = -1;
+    void *q = shared_alloc(bytes ? bytes : 1, &fd);
+    if (q == nullptr && posix_memalign(&q, 256, bytes ? bytes : 1) != 0)
         return last_error = cudaErrorMemoryAllocation;
     memset(q, 0xff, bytes);  // NaN: reading unwritten memory shows
-    allocations[q] = Allocation{bytes, current_device};
+    allocations[q] = Allocation{bytes, current_device, fd};
     allocated += bytes;
     allocated_on[current_device] += bytes;
     *p = q;
@@ -303,8 +335,86 @@ cudaError_t cudaFree(void *p) {
     if (it == allocations.end()) return last_error = cudaErrorInvalidValue;
     allocated -= it->second.bytes;
     allocated_on[it->second.device] -= it->second.bytes;
+    if (it->second.fd >= 0) {
+        munmap(p, it->second.bytes ? it->second.bytes : 1);
+        close(it->second.fd);
+    } else {
+        free(p);
+    }
     allocations.erase(it);
-    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
+    std::lock_guard<std::mutex> l(alloc_mutex);
+    auto it = allocations.find(p);  // the base of an allocation only
+    if (it == allocations.end() || it->second.fd < 0)
+        return last_error = cudaErrorInvalidValue;
+    IpcHandle ih;
+    memcpy(ih.magic, ipc_magic, sizeof(ih.magic));
+    ih.pid = (long)getpid();
+    ih.fd = it->second.fd;
+    ih.device = it->second.device;
+    ih.bytes = it->second.bytes ? it->second.bytes : 1;
+    static_assert(sizeof(ih) <= sizeof(h->reserved), "handle too small");
+    memset(h, 0, sizeof(*h));
+    memcpy(h->reserved, &ih, sizeof(ih));
+    return cudaSuccess;
+}
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned) {
+    IpcHandle ih;
+    memcpy(&ih, h.reserved, sizeof(ih));
+    if (memcmp(ih.magic, ipc_magic, sizeof(ih.magic)) != 0
+        || ih.pid == (long)getpid())  // CUDA refuses one's own memory too
+        return last_error = cudaErrorInvalidValue;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/fd/%d", ih.pid, ih.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return last_error = cudaErrorInvalidValue;
+    void *q = mmap(nullptr, ih.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                   0);
+    close(fd);
+    if (q == MAP_FAILED) return last_error = cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> l(alloc_mutex);
+    opened[q] = Allocation{ih.bytes, ih.device, -1};
+    *p = q;
+    return cudaSuccess;
+}
+cudaError_t cudaIpcCloseMemHandle(void *p) {
+    std::lock_guard<std::mutex> l(alloc_mutex);
+    auto it = opened.find(p);
+    if (it == opened.end()) return last_error = cudaErrorInvalidValue;
+    munmap(p, it->second.bytes);
+    opened.erase(it);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer) {
+    if (!visible(device) || !visible(peer))
+        return last_error = cudaErrorInvalidDevice;
+    *can = 1;
+    return cudaSuccess;
+}
+// cuMemGetAddressRange: CUDA_SUCCESS 0, CUDA_ERROR_INVALID_VALUE 1
+static int address_range(unsigned long long *base, size_t *size,
+                         unsigned long long ptr) {
+    std::lock_guard<std::mutex> l(alloc_mutex);
+    for (auto *table : {&allocations, &opened})
+        for (auto &kv : *table) {
+            unsigned long long b = (unsigned long long)kv.first;
+            if (ptr >= b && ptr < b + (kv.second.bytes ? kv.second.bytes : 1)) {
+                *base = b;
+                *size = kv.second.bytes;
+                return 0;
+            }
+        }
+    return 1;
+}
+cudaError_t cudaGetDriverEntryPointByVersion(
+        const char *symbol, void **fn, unsigned, unsigned long long,
+        cudaDriverEntryPointQueryResult *result) {
+    bool known = strcmp(symbol, "cuMemGetAddressRange") == 0;
+    *fn = known ? (void *)&address_range : nullptr;
+    *result = known ? cudaDriverEntryPointSuccess
+                    : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;
 }
 size_t cs_emu_allocated(void) { return allocated; }
@@ -406,14 +516,15 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
     a->type = cudaMemoryTypeUnregistered;
     a->device = -2;
     a->devicePointer = a->hostPointer = nullptr;
-    for (auto &kv : allocations) {
-        const char *b = (const char *)kv.first;
-        if ((const char *)p >= b && (const char *)p < b + kv.second.bytes) {
-            a->type = cudaMemoryTypeDevice;
-            a->device = kv.second.device;
-            a->devicePointer = (void *)p;
+    for (auto *table : {&allocations, &opened})
+        for (auto &kv : *table) {
+            const char *b = (const char *)kv.first;
+            if ((const char *)p >= b && (const char *)p < b + kv.second.bytes) {
+                a->type = cudaMemoryTypeDevice;
+                a->device = kv.second.device;
+                a->devicePointer = (void *)p;
+            }
         }
-    }
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {

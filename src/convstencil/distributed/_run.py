@@ -103,8 +103,10 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     choose k, and k shrinks where blocks are thinner than k*r (a block
     thinner than r raises ValueError on every rank).  `backend`: "auto"
     runs where the blocks are (GPU or host), or "cpu", "cpu-tc", "cuda",
-    ....  `transport` (device blocks): "auto", "nccl", "cuda-mpi" or
-    "staging"; host blocks always use "mpi".  An axis that is not split
+    ....  `transport` (device blocks): "auto" (the first of these that
+    works on every rank), "cuda-ipc" (the copy engines write each slab
+    into the neighbour's block: ranks of one host), "nccl", "cuda-mpi"
+    or "staging"; host blocks always use "mpi".  An axis that is not split
     needs no exchange (the engine's own mode is exact along a whole
     axis, wrap included); `self_exchange=True` makes a periodic one
     exchange with the rank itself through the transport all the same

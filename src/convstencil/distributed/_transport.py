@@ -6,10 +6,12 @@
   of axis 0) move as they are; the others are packed into contiguous
   device buffers (kept for the run and pooled between runs, so device
   memory stays steady) and unpacked after; along axis 0 of an engine
-  session's grid, whole planes move as they lie (_run._SessionGrid.span).  They move by "nccl" (ncclSend/ncclRecv), "cuda-mpi"
-  (MPI on device pointers, where MPIX_Query_cuda_support says yes) or
-  "staging" (through host memory and MPI).  An exchange returns when its
-  ghosts have arrived.
+  session's grid, whole planes move as they lie (_run._SessionGrid.span).
+  They move by "cuda-ipc" (the copy engines write each slab into the
+  receiver's block, mapped through CUDA IPC: ranks of one host), "nccl"
+  (ncclSend/ncclRecv), "cuda-mpi" (MPI on device pointers, where
+  MPIX_Query_cuda_support says yes) or "staging" (through host memory
+  and MPI).  An exchange returns when its ghosts have arrived.
 
 Axes go one after another: an axis's slabs span the ghosts filled along
 earlier axes, which fills edges and corners without diagonal messages.
@@ -22,12 +24,12 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _core
-from . import _device_blocks, _nccl, _pads
+from . import _device_blocks, _nccl, _pads, _peer_memory
 from ._agree import agree
 
 HOST_TRANSPORTS = ("mpi",)
 LEGACY_STREAM = 1  # cudaStreamLegacy, as the CUDA Array Interface names it
-DEVICE_TRANSPORTS = ("nccl", "cuda-mpi", "staging")
+DEVICE_TRANSPORTS = ("cuda-ipc", "nccl", "cuda-mpi", "staging")
 
 
 def check_name(transport, on_device):
@@ -275,6 +277,92 @@ class NCCL(_DeviceTransport):
         _core.cuda_stream_synchronize(LEGACY_STREAM)
 
 
+class CudaIPC(_DeviceTransport):
+    """Device slabs written by the copy engines straight into the
+    receiver's block, mapped through CUDA IPC (_peer_memory.py).
+
+    An exchange: each rank, its own work on the block complete, tells
+    each sender where its slab lands (a descriptor: the receive region
+    is free to write from then on), copies its own slabs into the
+    regions its receivers named, and tells each receiver once they
+    landed; it returns when its own ghosts have landed.  A rank that
+    fails on the way still sends its notes, to the end of the exchange
+    (an empty descriptor, a "failed" flag), so that no neighbour waits
+    for ever: the exchange raises on both."""
+
+    name = "cuda-ipc"
+    _WHERE, _LANDED = 16, 32  # tag offsets of the two notes
+
+    def __init__(self, comm, plan):
+        super().__init__(comm, plan)
+        self.mapped = _peer_memory.Mapped()
+        self.rank = comm.Get_rank()
+
+    def _notes(self, messages, outgoing, size, offset, towards_sender):
+        """Swap one note per message with its peer: `outgoing[i]` goes
+        to messages[i]'s peer, and what it sent back is returned.  Notes
+        towards the sender carry the receive tags, the others the send
+        tags."""
+        incoming = [np.zeros(size, np.uint8) for _ in messages]
+        tags = [(m.side.recv_tag, m.side.send_tag) if towards_sender
+                else (m.side.send_tag, m.side.recv_tag) for m in messages]
+        requests = [self.comm.Irecv(buf, source=m.side.peer,
+                                    tag=back + offset)
+                    for buf, m, (_, back) in zip(incoming, messages, tags)]
+        requests += [self.comm.Isend(note, dest=m.side.peer,
+                                     tag=out + offset)
+                     for note, m, (out, _) in zip(outgoing, messages, tags)]
+        MPI.Request.Waitall(requests)
+        return incoming
+
+    def exchange(self, padded):
+        """The axes' moves one after another; a failure on the way is
+        raised after the last axis, whose neighbours wait for its notes
+        too."""
+        self.failure = None
+        super().exchange(padded)
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
+
+    def move(self, messages):
+        size = _peer_memory.DESCRIPTOR_BYTES
+        notes = [np.zeros(size, np.uint8) for _ in messages]
+        if self.failure is None:
+            try:
+                # the receive regions are free once this rank's work on
+                # the block is complete: the engine's calls return so, the
+                # packs were queued on the legacy stream
+                _core.cuda_stream_synchronize(LEGACY_STREAM)
+                notes = [_peer_memory.describe(m.recv) for m in messages]
+            except (RuntimeError, ValueError) as exc:
+                self.failure = exc
+        where = self._notes(messages, notes, size, self._WHERE, True)
+        if self.failure is None:
+            try:
+                _core.device_copies([
+                    (self.mapped.address(buf, m.side.peer,
+                                         own=m.side.peer == self.rank),
+                     m.send, 8 * m.count)
+                    for buf, m in zip(where, messages)])
+            except (RuntimeError, ValueError) as exc:
+                self.failure = exc
+        flag = np.array([self.failure is None], np.uint8)
+        landed = self._notes(messages, [flag] * len(messages), 1,
+                             self._LANDED, False)
+        for note, m in zip(landed, messages):
+            if not note[0] and self.failure is None:
+                self.failure = RuntimeError(
+                    "rank %d failed in this exchange (it raises its own "
+                    "error)" % m.side.peer)
+
+    def close(self):
+        try:
+            self.mapped.close()
+        finally:
+            super().close()
+
+
 # ---------------------------------------------------------------------------
 # choosing one
 
@@ -303,6 +391,21 @@ def _nccl_comm(comm, device):
     if found is None:
         found = (comm, _make_nccl_comm(comm))
         _NCCL_COMMS[key] = found
+    return found[1]
+
+
+# (id(communicator), device) -> (it, whether CUDA IPC works on it)
+_IPC_USABLE = {}
+
+
+def _ipc_usable(comm, device):
+    """_peer_memory.usable, asked once per communicator and device (every
+    rank must call)."""
+    key = (id(comm), device)
+    found = _IPC_USABLE.get(key)
+    if found is None:
+        found = (comm, agree(comm, _peer_memory.usable, comm, device))
+        _IPC_USABLE[key] = found
     return found[1]
 
 
@@ -341,6 +444,14 @@ def open_transport(name, comm, plan, on_device, device=None):
         # nothing to exchange (every axis whole on its rank): no NCCL
         # communicator to set up for it
         return agree(comm, Staging, comm, plan)
+    if name in ("auto", "cuda-ipc"):
+        if _ipc_usable(comm, device):
+            return agree(comm, CudaIPC, comm, plan)
+        if name == "cuda-ipc":
+            agree(comm, _refuse, "CUDA IPC is not usable between every "
+                  "pair of ranks (ranks on several hosts, devices that are "
+                  "not peers, or a runtime that refuses); use "
+                  "transport='nccl' or 'staging'")
     if name in ("auto", "nccl"):
         nccl = _nccl_comm(comm, device)
         if nccl is not None:
