@@ -6,8 +6,8 @@ reference (tests/reference.py) for every mode, 1D to 3D, uneven blocks,
 engine sessions (whole-plane spans) and one call per round, packed
 slabs of every axis, a rank exchanging with itself; "auto" takes it
 where every rank can map the others' memory; the peers' memory is
-unmapped after each run; a copy failing on one rank raises on every
-rank, none waits for ever.
+mapped once for repeated runs and unmapped by clear_cache(); a copy
+failing on one rank raises on every rank, none waits for ever.
 
 Marked mpi and gpu_small, as test_distributed_gpu_small.py, whose
 helpers it shares; the emulation maps another process's device memory
@@ -102,10 +102,12 @@ def test_auto_takes_it(comm, shared_rng):
     assert d1.info["transport"] == "cuda-ipc"
 
 
-def test_peer_memory_unmapped_after_each_run(comm, shared_rng, monkeypatch):
-    """Every allocation a run maps is unmapped when it ends; the next run
-    maps again (none is kept between runs)."""
+def test_mappings_kept_for_the_next_run(comm, shared_rng, monkeypatch):
+    """A run maps each peer allocation it writes into once; the next run
+    of the same grid maps nothing new; a run of another grid unmaps what
+    the last one used and it does not; clear_cache() unmaps the rest."""
     from convstencil.distributed import _peer_memory
+    cs.clear_cache()
     opened, closed = [], []
     real_open, real_close = cs._core.cuda_ipc_open, cs._core.cuda_ipc_close
 
@@ -122,13 +124,27 @@ def test_peer_memory_unmapped_after_each_run(comm, shared_rng, monkeypatch):
     monkeypatch.setattr(_peer_memory._core, "cuda_ipc_close", counting_close)
     csd = _csd()
     d = csd.scatter(shared_rng.random((20, 11)) if comm.Get_rank() == 0
-                    else None, comm=comm, backend="cuda")
+                    else None, comm=comm, dims=(comm.Get_size(), 1),
+                    backend="cuda")
     for run in range(3):
         csd.apply(d, "heat2d", steps=6, mode="wrap", halo_steps=2,
                   transport="cuda-ipc")
-        assert sorted(opened) == sorted(closed), run
-        # a session's two grids from each of two neighbours at most
-        assert 0 < len(opened) <= 4 * (run + 1)
+        if run == 0:
+            first = len(opened)
+            # a session's two grids from each of two neighbours at most
+            assert first <= 4
+            assert first > 0 or comm.Get_size() == 1
+        assert len(opened) == first and not closed, run
+    e = csd.scatter(shared_rng.random((28, 9)) if comm.Get_rank() == 0
+                    else None, comm=comm, dims=(comm.Get_size(), 1),
+                    backend="cuda")
+    csd.apply(e, "heat2d", steps=6, mode="wrap", halo_steps=2,
+              transport="cuda-ipc")
+    # the first grid's mappings went unless the new run used them too
+    assert set(closed) <= set(opened[:first])
+    cs.clear_cache()
+    assert sorted(closed) == sorted(opened)
+    assert not _peer_memory._MAPPED
 
 
 def test_copy_failing_on_one_rank_reaches_all(comm, shared_rng, monkeypatch):

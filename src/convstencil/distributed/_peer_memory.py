@@ -5,17 +5,28 @@ A rank that is to receive a slab tells its sender where the slab lands:
 a descriptor holding the IPC handle of the allocation around the
 receive region, the allocation's base in the receiver's address space
 and the region's offset in it (`describe`).  The sender maps that
-allocation once per run (`Mapped.address`) and copies into it with the
-copy engines (_core.device_copies): on the GPUs of one host they moved
-a round's slabs 1.3 to 2 times as fast as NCCL's send and receive
+allocation (`Mapped.address`) and copies into it with the copy engines
+(_core.device_copies): on the GPUs of one host they moved a round's
+slabs 1.3 to 2 times as fast as NCCL's send and receive
 (benchmarks/results/h200x4_peer_moves_*.md).  A rank sending to itself
 (self_exchange) writes to its own pointer: CUDA maps no process's memory
 into itself.
+
+Mapping costs time in proportion to the allocation (an engine session's
+grids of a GB or more: tens of milliseconds a run on 4 H200s, more than
+the exchanges; h200x4_multigpu_ipc_4dcfec0.md), so the mappings a run
+used are kept for the next run, which finds the same allocations where
+it runs the same grid (the engine's and the padded blocks' pools keep
+them); the others are unmapped when a run ends, and clear_cache()
+unmaps all.  A kept mapping keeps the peer's memory allocated until it
+goes, even where the peer freed it.
 """
+import collections
+
 import numpy as np
 from mpi4py import MPI
 
-from .. import _core
+from .. import _backends, _core
 
 _HANDLE = 64  # bytes of a cudaIpcMemHandle_t
 DESCRIPTOR_BYTES = _HANDLE + 16
@@ -36,42 +47,60 @@ def _fields(descriptor):
     return bytes(descriptor[:_HANDLE]), base, offset
 
 
+# handle -> the allocation's base in this process, kept between runs
+_MAPPED = collections.OrderedDict()
+
+
+def _unmap(handles):
+    errors = []
+    for handle in handles:
+        try:
+            _core.cuda_ipc_close(_MAPPED.pop(handle))
+        except RuntimeError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise RuntimeError("unmapping the peers' device memory failed: "
+                           + "; ".join(errors))
+
+
+def release():
+    """Unmap every kept mapping (clear_cache()); no device bytes of this
+    process are freed."""
+    _unmap(list(_MAPPED))
+    return 0
+
+
+_backends.register_release(release)
+
+
 class Mapped:
-    """The peers' allocations this rank opened in one run, by (peer,
-    base in the peer's address space); close() unmaps them."""
+    """The peers' allocations one run writes into."""
 
     def __init__(self):
-        self._bases = {}
+        self._used = set()
 
     def address(self, descriptor, peer, own):
-        """Where the descriptor's region is in this process: mapped
-        (once per allocation) from `peer`, or the pointer itself where
-        the rank is its own peer (`own`)."""
+        """Where the descriptor's region is in this process: mapped from
+        `peer` (kept from an earlier run where it was mapped then), or
+        the pointer itself where the rank is its own peer (`own`)."""
         handle, base, offset = _fields(descriptor)
         if base == 0:
             raise RuntimeError("rank %d failed in this exchange (it raises "
                                "its own error)" % peer)
         if own:
             return base + offset
-        here = self._bases.get((peer, base))
+        here = _MAPPED.get(handle)
         if here is None:
             here, _ = _core.cuda_ipc_open(handle)
-            self._bases[peer, base] = here
+            _MAPPED[handle] = here
+        self._used.add(handle)
         return here + offset
 
     def close(self):
-        """Unmap every allocation (no copy into them is pending: each
-        exchange's copies are complete when it returns)."""
-        bases, self._bases = self._bases, {}
-        errors = []
-        for here in bases.values():
-            try:
-                _core.cuda_ipc_close(here)
-            except RuntimeError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise RuntimeError("unmapping the peers' device memory failed: "
-                               + "; ".join(errors))
+        """Unmap the kept mappings this run did not use (no copy into
+        them is pending: each exchange's copies are complete when it
+        returns)."""
+        _unmap([h for h in _MAPPED if h not in self._used])
 
 
 def usable(comm, device):
