@@ -38,14 +38,16 @@ struct Allocation {
     size_t bytes;
     int device;
     int fd;  // the memfd behind it, -1 for plain host memory
+    long serial;  // unique in the process: a handle names one allocation
 };
+long next_serial = 0;
 std::mutex alloc_mutex;
 std::map<void *, Allocation> allocations;
 std::map<void *, Allocation> opened;  // other processes' (IPC), fd -1
 
 struct IpcHandle {  // what cudaIpcMemHandle_t holds here
     char magic[8];
-    long pid;
+    long pid, serial;
     int fd, device;
     size_t bytes;
 };
@@ -322,7 +324,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (q == nullptr && posix_memalign(&q, 256, bytes ? bytes : 1) != 0)
         return last_error = cudaErrorMemoryAllocation;
     memset(q, 0xff, bytes);  // NaN: reading unwritten memory shows
-    allocations[q] = Allocation{bytes, current_device, fd};
+    allocations[q] = Allocation{bytes, current_device, fd, ++next_serial};
     allocated += bytes;
     allocated_on[current_device] += bytes;
     *p = q;
@@ -352,6 +354,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
     IpcHandle ih;
     memcpy(ih.magic, ipc_magic, sizeof(ih.magic));
     ih.pid = (long)getpid();
+    ih.serial = it->second.serial;
     ih.fd = it->second.fd;
     ih.device = it->second.device;
     ih.bytes = it->second.bytes ? it->second.bytes : 1;
@@ -375,7 +378,7 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned) {
     close(fd);
     if (q == MAP_FAILED) return last_error = cudaErrorMemoryAllocation;
     std::lock_guard<std::mutex> l(alloc_mutex);
-    opened[q] = Allocation{ih.bytes, ih.device, -1};
+    opened[q] = Allocation{ih.bytes, ih.device, -1, ih.serial};
     *p = q;
     return cudaSuccess;
 }

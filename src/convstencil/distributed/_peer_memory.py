@@ -91,10 +91,25 @@ class Mapped:
             return base + offset
         here = _MAPPED.get(handle)
         if here is None:
-            here, _ = _core.cuda_ipc_open(handle)
-            _MAPPED[handle] = here
+            here = self._open(handle)
         self._used.add(handle)
         return here + offset
+
+    def _open(self, handle):
+        """Map `handle`'s allocation.  Where the runtime says it is
+        mapped already, a kept mapping holds memory the peer freed and
+        allocated again (under a new handle): the kept mappings this run
+        has not used go, and the map is tried again."""
+        try:
+            here, _ = _core.cuda_ipc_open(handle)
+        except RuntimeError:
+            stale = [h for h in _MAPPED if h not in self._used]
+            if not stale:
+                raise
+            _unmap(stale)
+            here, _ = _core.cuda_ipc_open(handle)
+        _MAPPED[handle] = here
+        return here
 
     def close(self):
         """Unmap the kept mappings this run did not use (no copy into

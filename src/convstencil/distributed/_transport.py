@@ -297,6 +297,7 @@ class CudaIPC(_DeviceTransport):
         super().__init__(comm, plan)
         self.mapped = _peer_memory.Mapped()
         self.rank = comm.Get_rank()
+        self._notes_of = {}  # receive pointer -> its descriptor
 
     def _notes(self, messages, outgoing, size, offset, towards_sender):
         """Swap one note per message with its peer: `outgoing[i]` goes
@@ -314,6 +315,14 @@ class CudaIPC(_DeviceTransport):
                      for note, m, (out, _) in zip(outgoing, messages, tags)]
         MPI.Request.Waitall(requests)
         return incoming
+
+    def _describe(self, ptr):
+        """_peer_memory.describe(ptr), once per run: a run's blocks stay
+        where they are until it ends."""
+        note = self._notes_of.get(ptr)
+        if note is None:
+            note = self._notes_of[ptr] = _peer_memory.describe(ptr)
+        return note
 
     def exchange(self, padded):
         """The axes' moves one after another; a failure on the way is
@@ -334,7 +343,7 @@ class CudaIPC(_DeviceTransport):
                 # the block is complete: the engine's calls return so, the
                 # packs were queued on the legacy stream
                 _core.cuda_stream_synchronize(LEGACY_STREAM)
-                notes = [_peer_memory.describe(m.recv) for m in messages]
+                notes = [self._describe(m.recv) for m in messages]
             except (RuntimeError, ValueError) as exc:
                 self.failure = exc
         where = self._notes(messages, notes, size, self._WHERE, True)
