@@ -102,8 +102,8 @@ def _gpus_per_rank(comm):
 
 def test_one_gpu_per_rank(comm, shared_rng):
     """Ranks take the host's GPUs in turn: rank i on GPU i when there are
-    enough, each GPU current on its rank, and CUDA IPC between them (NCCL
-    where it is not usable)."""
+    enough, each GPU current on its rank, and NCCL between them (CUDA IPC
+    where NCCL is missing)."""
     rank, size, count = _gpus_per_rank(comm)
     u = shared_rng.random((64, 48))
     out, d1 = _run(comm, u, "heat2d", "wrap", 5, halo_steps=2)
@@ -113,10 +113,10 @@ def test_one_gpu_per_rank(comm, shared_rng):
     devices = comm.allgather(d1.device)
     if size <= count:
         assert len(set(devices)) == len(devices), devices
-        if comm.Get_size() > 1 and _ipc_usable(comm):
-            assert d1.info["transport"] == "cuda-ipc"
-        elif comm.Get_size() > 1 and _nccl_loadable(comm):
+        if comm.Get_size() > 1 and _nccl_loadable(comm):
             assert d1.info["transport"] == "nccl"
+        elif comm.Get_size() > 1 and _ipc_usable(comm):
+            assert d1.info["transport"] == "cuda-ipc"
     if comm.Get_rank() == 0:
         assert_close(out, cs.apply(u, "heat2d", steps=5, mode="wrap",
                                    backend="cpu"))

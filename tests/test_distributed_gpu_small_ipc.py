@@ -5,7 +5,7 @@ CUDA: the same bits as the "staging" transport and the plain NumPy
 reference (tests/reference.py) for every mode, 1D to 3D, uneven blocks,
 engine sessions (whole-plane spans) and one call per round, packed
 slabs of every axis, a rank exchanging with itself; "auto" takes it
-where every rank can map the others' memory; the peers' memory is
+where NCCL is not usable and every rank can map the others' memory; the peers' memory is
 mapped once for repeated runs and unmapped by clear_cache(); a copy
 failing on one rank raises on every rank, none waits for ever.
 
@@ -94,7 +94,10 @@ def test_self_exchange(comm, shared_rng):
           halo_steps=3, self_exchange=True)
 
 
-def test_auto_takes_it(comm, shared_rng):
+def test_auto_takes_it_where_nccl_is_not_usable(comm, shared_rng,
+                                                monkeypatch):
+    from convstencil.distributed import _transport
+    monkeypatch.setattr(_transport, "_nccl_comm", lambda comm, device: None)
     csd = _csd()
     d = csd.scatter(shared_rng.random((16, 9)) if comm.Get_rank() == 0
                     else None, comm=comm, backend="cuda")
@@ -175,6 +178,7 @@ def test_refused_where_a_peer_cannot_be_mapped(comm, shared_rng,
     takes another transport."""
     from convstencil.distributed import _transport
     monkeypatch.setattr(_transport, "_IPC_USABLE", {})
+    monkeypatch.setattr(_transport, "_nccl_comm", lambda comm, device: None)
     if comm.Get_rank() == 0:
         monkeypatch.setattr(cs._core, "cuda_can_access_peer",
                             lambda device, peer: False)

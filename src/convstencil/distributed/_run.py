@@ -104,9 +104,9 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     thinner than r raises ValueError on every rank).  `backend`: "auto"
     runs where the blocks are (GPU or host), or "cpu", "cpu-tc", "cuda",
     ....  `transport` (device blocks): "auto" (the first of these that
-    works on every rank), "cuda-ipc" (the copy engines write each slab
-    into the neighbour's block: ranks of one host), "nccl", "cuda-mpi"
-    or "staging"; host blocks always use "mpi".  An axis that is not split
+    works on every rank), "nccl", "cuda-ipc" (the copy engines write each
+    slab into the neighbour's block: ranks of one host), "cuda-mpi" or
+    "staging"; host blocks always use "mpi".  An axis that is not split
     needs no exchange (the engine's own mode is exact along a whole
     axis, wrap included); `self_exchange=True` makes a periodic one
     exchange with the rank itself through the transport all the same

@@ -29,7 +29,7 @@ from ._agree import agree
 
 HOST_TRANSPORTS = ("mpi",)
 LEGACY_STREAM = 1  # cudaStreamLegacy, as the CUDA Array Interface names it
-DEVICE_TRANSPORTS = ("cuda-ipc", "nccl", "cuda-mpi", "staging")
+DEVICE_TRANSPORTS = ("nccl", "cuda-ipc", "cuda-mpi", "staging")
 
 
 def check_name(transport, on_device):
@@ -298,6 +298,7 @@ class CudaIPC(_DeviceTransport):
         self.mapped = _peer_memory.Mapped()
         self.rank = comm.Get_rank()
         self._notes_of = {}  # receive pointer -> its descriptor
+        self.seconds.update(ready=0.0, where=0.0, copies=0.0, landed=0.0)
 
     def _notes(self, messages, outgoing, size, offset, towards_sender):
         """Swap one note per message with its peer: `outgoing[i]` goes
@@ -335,6 +336,8 @@ class CudaIPC(_DeviceTransport):
             raise failure
 
     def move(self, messages):
+        seconds = self.seconds
+        t0 = time.perf_counter()
         size = _peer_memory.DESCRIPTOR_BYTES
         notes = [np.zeros(size, np.uint8) for _ in messages]
         if self.failure is None:
@@ -346,7 +349,9 @@ class CudaIPC(_DeviceTransport):
                 notes = [self._describe(m.recv) for m in messages]
             except (RuntimeError, ValueError) as exc:
                 self.failure = exc
+        t1 = time.perf_counter()
         where = self._notes(messages, notes, size, self._WHERE, True)
+        t2 = time.perf_counter()
         if self.failure is None:
             try:
                 _core.device_copies([
@@ -356,6 +361,7 @@ class CudaIPC(_DeviceTransport):
                     for buf, m in zip(where, messages)])
             except (RuntimeError, ValueError) as exc:
                 self.failure = exc
+        t3 = time.perf_counter()
         flag = np.array([self.failure is None], np.uint8)
         landed = self._notes(messages, [flag] * len(messages), 1,
                              self._LANDED, False)
@@ -364,6 +370,13 @@ class CudaIPC(_DeviceTransport):
                 self.failure = RuntimeError(
                     "rank %d failed in this exchange (it raises its own "
                     "error)" % m.side.peer)
+        # the move's parts (info()'s exchange_*_seconds): this rank's
+        # sync and descriptors, the wait for the receivers' descriptors,
+        # the copies (mapping included), the wait for the senders' notes
+        seconds["ready"] += t1 - t0
+        seconds["where"] += t2 - t1
+        seconds["copies"] += t3 - t2
+        seconds["landed"] += time.perf_counter() - t3
 
     def close(self):
         try:
@@ -453,14 +466,6 @@ def open_transport(name, comm, plan, on_device, device=None):
         # nothing to exchange (every axis whole on its rank): no NCCL
         # communicator to set up for it
         return agree(comm, Staging, comm, plan)
-    if name in ("auto", "cuda-ipc"):
-        if _ipc_usable(comm, device):
-            return agree(comm, CudaIPC, comm, plan)
-        if name == "cuda-ipc":
-            agree(comm, _refuse, "CUDA IPC is not usable between every "
-                  "pair of ranks (ranks on several hosts, devices that are "
-                  "not peers, or a runtime that refuses); use "
-                  "transport='nccl' or 'staging'")
     if name in ("auto", "nccl"):
         nccl = _nccl_comm(comm, device)
         if nccl is not None:
@@ -469,6 +474,14 @@ def open_transport(name, comm, plan, on_device, device=None):
             agree(comm, _refuse, "NCCL is not usable on every rank "
                   "(library missing, or it refused, e.g. ranks sharing a "
                   "GPU); use transport='staging'")
+    if name in ("auto", "cuda-ipc"):
+        if _ipc_usable(comm, device):
+            return agree(comm, CudaIPC, comm, plan)
+        if name == "cuda-ipc":
+            agree(comm, _refuse, "CUDA IPC is not usable between every "
+                  "pair of ranks (ranks on several hosts, devices that are "
+                  "not peers, or a runtime that refuses); use "
+                  "transport='nccl' or 'staging'")
     if name == "cuda-mpi" or (name == "auto" and comm.allreduce(
             int(cuda_aware_mpi()), op=MPI.MIN)):
         return agree(comm, CudaMPI, comm, plan)
