@@ -351,3 +351,60 @@ def test_overlap_argument(comm):
     if comm.Get_size() > 1:
         with pytest.raises(ValueError, match="same arguments on every rank"):
             csd.apply(d, "heat2d", overlap=comm.Get_rank() == 0)
+
+
+def test_tune_halo_steps_measures_each_candidate(comm, shared_rng,
+                                                 monkeypatch):
+    """tune_halo_steps runs every candidate (a k deeper than the blocks
+    allow under the k that ran), returns the one with the least measured
+    time, the same on every rank, and leaves the grid as it was; the
+    tuned k gives the reference's grid."""
+    from convstencil.distributed import _tune
+    csd = _csd()
+    u = shared_rng.random((24, 10))
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    dims=(comm.Get_size(), 1))
+    before = d.local.copy()
+    k, times = csd.tune_halo_steps(d, "heat2d", steps=8, mode="wrap",
+                                   candidates=[1, 2, 3, 400], repeat=1)
+    assert np.array_equal(d.local, before)
+    deepest = min(d.extents[0])  # heat2d: radius 1, so k <= the block
+    assert set(times) == {1, 2, 3, min(400, deepest, 8)}
+    assert k == min(times, key=times.get)
+    assert comm.allgather((k, times)) == [(k, times)] * comm.Get_size()
+    # the least time wins: the measured seconds decide, not the model
+    fake = {1: 3.0, 2: 1.0, 3: 2.0}
+    monkeypatch.setattr(_tune, "_seconds",
+                        lambda comm, run: (run(), fake.get(
+                            csd.info()["halo_steps"], 9.0))[1])
+    k, times = csd.tune_halo_steps(d, "heat2d", steps=8, mode="wrap",
+                                   candidates=[1, 2, 3])
+    assert k == 2 and times == fake
+    out = csd.gather(csd.apply(d, "heat2d", steps=8, mode="wrap",
+                               halo_steps=k))
+    if comm.Get_rank() == 0:
+        assert_close(out, reference.apply(u, cs.Stencil("heat2d").weights,
+                                          8, "wrap"))
+
+
+def test_tune_halo_steps_defaults_and_bad_arguments(comm, shared_rng):
+    csd = _csd()
+    u = shared_rng.random((40, 12))
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    dims=(comm.Get_size(), 1))
+    model = csd.info(csd.apply(d, "heat2d", steps=20, mode="wrap"))
+    k, times = csd.tune_halo_steps(d, "heat2d", steps=20, mode="wrap",
+                                   repeat=1)
+    # the model's k and the powers of two from 4 to the steps, as ran
+    assert model["halo_steps"] in times and k in times
+    assert len(times) >= 2
+    for bad in ([], [0], [2.5], ["a"], [True]):
+        with pytest.raises(ValueError, match="candidates"):
+            csd.tune_halo_steps(d, "heat2d", steps=4, candidates=bad)
+    with pytest.raises(ValueError, match="repeat"):
+        csd.tune_halo_steps(d, "heat2d", steps=4, repeat=0)
+    # nothing to exchange (each rank its own whole grid): no k to tune
+    from mpi4py import MPI
+    alone = csd.scatter(u, comm=MPI.COMM_SELF)
+    assert csd.tune_halo_steps(alone, "heat2d", steps=4,
+                               mode="wrap") == (None, {})

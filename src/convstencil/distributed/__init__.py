@@ -16,6 +16,7 @@ interior while the ghosts travel (`overlap`, where the cost model says
 it pays).  Blocks live in host memory (NumPy) or on a GPU (`backend`);
 ``info(d)`` says which transport ran, the bytes exchanged, the time in
 exchange and compute, and whether the compute overlapped the exchange.
+``tune_halo_steps`` picks k from measurement instead of the cost model.
 
 Needs mpi4py and an MPI library: ``pip install "convstencil[mpi]"``.
 """
@@ -29,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._grid import DistributedGrid, from_local, gather, local_slices, scatter
 from ._run import apply, info
+from ._tune import tune_halo_steps
 
 __all__ = ["scatter", "gather", "apply", "from_local", "info",
-           "local_slices", "DistributedGrid"]
+           "local_slices", "tune_halo_steps", "DistributedGrid"]
