@@ -391,3 +391,23 @@ def test_device_out_of_memory_on_one_rank(comm, monkeypatch):
         monkeypatch.setenv("EMU_MALLOC_LIMIT", "1")
     with pytest.raises(MemoryError):
         csd.apply(d, "heat2d", steps=3, transport="staging")
+
+
+def test_tune_halo_steps_on_device_blocks(comm, shared_rng):
+    """tune_halo_steps on device blocks: every candidate runs, the grid
+    is left as it was, and the tuned k gives the reference's grid."""
+    csd = _csd()
+    u = shared_rng.uniform(-1, 1, (22, 9))
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    dims=(comm.Get_size(), 1), backend="cuda")
+    before = download(d.local)
+    k, times = csd.tune_halo_steps(d, "box2d9p", steps=6, mode="reflect",
+                                   candidates=[1, 2, 3], repeat=1,
+                                   transport="staging")
+    assert set(times) == {1, 2, 3} and k in times
+    np.testing.assert_array_equal(download(d.local), before)
+    out = csd.gather(csd.apply(d, "box2d9p", steps=6, mode="reflect",
+                               halo_steps=k, transport="staging"))
+    if comm.Get_rank() == 0:
+        assert_close(out, reference.apply(u, cs.Stencil("box2d9p").weights,
+                                          6, "reflect"))
