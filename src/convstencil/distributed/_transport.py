@@ -297,6 +297,7 @@ class CudaIPC(_DeviceTransport):
         super().__init__(comm, plan)
         self.mapped = _peer_memory.Mapped()
         self.rank = comm.Get_rank()
+        self.failure = None  # this rank's, within one exchange
         self._notes_of = {}  # receive pointer -> its descriptor
         self.seconds.update(ready=0.0, where=0.0, copies=0.0, landed=0.0)
 
