@@ -638,9 +638,15 @@ _AMD_ZEN5_FITTED = {
     "call_seconds": 1.53e-10,
     "setup_seconds": {1: 6.01e-10, 2: 9.63e-10, 3: 7.6e-10},
     "point_seconds": {1: 3.62e-11, 2: 5.64e-11, 3: 1.13e-10},
-    "ring_point_seconds": {1: 3.75e-11, 2: 1.89e-10, 3: 6.22e-11},
+    # 2D's blocked rings refitted to one thread's calls (heat2d, box2d9p,
+    # star2d13p, box2d49p on 2048^2, 10 and 100 steps, the fastest of 4;
+    # benchmarks/results/cpu2amd_ring2d_one_thread.md): the fit above
+    # priced a ring point at 1.89e-10 and a tap at 2.83e-11, heat2d's
+    # calls 1.45 times as long as they ran and box2d49p's 0.9 times; a
+    # ring's tap is priced per dimension here
+    "ring_point_seconds": {1: 3.75e-11, 2: 3.47e-11, 3: 6.22e-11},
     "tap_seconds": 2.79e-11,
-    "ring_tap_seconds": 2.83e-11,
+    "ring_tap_seconds": {1: 2.83e-11, 2: 4.11e-11, 3: 2.83e-11},
     "row_radius_seconds": 1.09e-08,
     "sync_seconds": 9.26e-07,
     "spill_factor": {1: 1.03e-09, 2: 0.027, 3: 7.85e-10},
@@ -950,8 +956,11 @@ def cpu_time(plan, shape, steps, rates, fresh_out=True):
         per_point = (rates["point_seconds"][d]
                      + rates["tap_seconds"] * plan["row_taps"])
     else:
+        ring_tap = rates["ring_tap_seconds"]  # per dimension, or one
+        if isinstance(ring_tap, dict):
+            ring_tap = ring_tap[d]
         per_point = (rates["ring_point_seconds"][d]
-                     + rates["ring_tap_seconds"] * plan["row_taps"])
+                     + ring_tap * plan["row_taps"])
         if plan["ring_spills"]:
             l2 = float(rates["l2_bytes"])
             per_point *= 1.0 + rates["spill_factor"][d] * max(
