@@ -20,19 +20,12 @@ import numpy as np
 from mpi4py import MPI
 
 import convstencil.distributed as csd
+from convstencil.distributed._tune import _seconds as _wall
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = (os.environ.get("CONVSTENCIL_RESULTS_DIR")
            or os.path.join(HERE, "results"))
 CASES = [("heat2d", (20480, 20480), 200), ("heat3d", (1024, 1024, 1024), 60)]
-
-
-def _wall(comm, run):
-    comm.Barrier()
-    t0 = time.perf_counter()
-    run()
-    comm.Barrier()
-    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
 def case(comm, preset, shape, steps, repeat):
