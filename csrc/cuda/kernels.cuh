@@ -323,22 +323,26 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
  * CS_TB2D_MIN_EXTENT rows and columns; k's host weights known.  A
  * non-NULL in_flag (out_flag) is set to 1 where the input (the result)
  * holds a value that is not finite, and left alone otherwise.
+ * `window` (NULL: every row): the rows [window[0], window[1]) of each
+ * plane, the only ones the pass computes and writes (it reads the rows
+ * within its depth's reach of them); a row's value does not depend on
+ * the window (an engine session's rounds: session.cu).
  */
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
-                  int *in_flag, int *out_flag);
+                  int *in_flag, int *out_flag, const ptrdiff_t window[2]);
 
 /*
  * One pass of `depth` steps (1 to CS_TB3D_MAX_DEPTH) of a 3 x 3 x 3
  * kernel cs_tb3d_taps takes (a 7-point star, an outer product), in -> out
  * (tb3d.cu): cs_cuda_tb2d_pass's contract in 3D, on grids of at least
- * CS_TB3D_MIN_EXTENT cells along every axis.
+ * CS_TB3D_MIN_EXTENT cells along every axis; `window`: planes.
  */
 cs_status
 cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
-                  int *in_flag, int *out_flag);
+                  int *in_flag, int *out_flag, const ptrdiff_t window[2]);
 
 /* ---- fused_band.cu ---------------------------------------------------- */
 

@@ -31,16 +31,17 @@ cs_tb2d_layout(cs_cuda_ctx *ctx, tbs_params *p, ptrdiff_t own, int halo_rows,
                ptrdiff_t resident_warps, unsigned *blocks)
 {
     p->strips = CEIL_DIV(p->nx, own);
+    const ptrdiff_t rows = p->y_hi - p->y_lo; /* those it writes */
     const cs_status st =
-        cs_env_segments(ctx, "CONVSTENCIL_TB2D_SEGMENTS", p->ny, &p->segs);
+        cs_env_segments(ctx, "CONVSTENCIL_TB2D_SEGMENTS", rows, &p->segs);
     if (st != CS_OK) {
         return st;
     }
     if (p->segs == 0) {
-        p->segs = choose_segments(p->strips * p->nz, p->ny, halo_rows,
+        p->segs = choose_segments(p->strips * p->nz, rows, halo_rows,
                                   resident_warps);
     }
-    p->seg_rows = CEIL_DIV(p->ny, p->segs);
+    p->seg_rows = CEIL_DIV(rows, p->segs);
     p->items = p->strips * p->segs * p->nz;
     const ptrdiff_t n = CEIL_DIV(p->items, (ptrdiff_t)TS_WARPS);
     if (n > 0x7fffffff) {
@@ -106,7 +107,7 @@ tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int shape)
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
-                  int *in_flag, int *out_flag)
+                  int *in_flag, int *out_flag, const ptrdiff_t window[2])
 {
     const int side = k->size[2];
     tbs_params p;
@@ -123,6 +124,9 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     }
     ok = ok && in->n[1] >= CS_TB2D_MIN_EXTENT
          && in->n[2] >= CS_TB2D_MIN_EXTENT;
+    p.y_lo = window != NULL ? window[0] : 0;
+    p.y_hi = window != NULL ? window[1] : in->n[1];
+    ok = ok && p.y_lo >= 0 && p.y_lo < p.y_hi && p.y_hi <= in->n[1];
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tb2d_pass: invalid grids, kernel or "
                              "depth");

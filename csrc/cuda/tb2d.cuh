@@ -26,6 +26,7 @@ typedef struct tbs_params {
     ptrdiff_t nz, ny, nx;
     ptrdiff_t lim_y, lim_x; /* unused: cs_params_grids fills them */
     ptrdiff_t strips, segs, seg_rows, items;
+    ptrdiff_t y_lo, y_hi; /* the rows the pass writes (its segments') */
     cs_mode mode;
     double cval;
     double w[TS_MAX_SIDE * TS_MAX_SIDE]; /* side x side, row-major */

@@ -543,8 +543,8 @@ tbs_kernel(tbs_params p)
         s.src = p.in + z * p.in_plane;
         s.dst = p.out + z * p.out_plane;
         s.gx0 = ox + lane * V;
-        s.y0 = seg * p.seg_rows;
-        s.y1 = s.y0 + p.seg_rows < p.ny ? s.y0 + p.seg_rows : p.ny;
+        s.y0 = p.y_lo + seg * p.seg_rows;
+        s.y1 = s.y0 + p.seg_rows < p.y_hi ? s.y0 + p.seg_rows : p.y_hi;
         s.stores = lane >= M / V && lane < (SW - M) / V;
         unsigned bad = 0; /* bit 0: an input value, bit 1: a result value
                              is not finite (checked where the flags are

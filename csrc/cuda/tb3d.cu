@@ -52,6 +52,7 @@ typedef struct tb3_params {
     ptrdiff_t nz, ny, nx;
     ptrdiff_t lim_y, lim_x; /* unused: cs_params_grids fills them */
     ptrdiff_t tiles_x, tiles_y, seg_planes;
+    ptrdiff_t z_lo, z_hi; /* the planes the pass writes (its segments') */
     int shared_doubles; /* the block's shared planes (cs_tb3d_smem_bytes):
                            a star's levels share a barrier, so each has
                            its own pair; an outer product's levels take
@@ -736,8 +737,9 @@ tb3d_body(const tb3_params p)
     cl.oy = cs_tile_origin(tile / p.tiles_x, OWNY, p.ny) - M;
     cl.x0 = (int)(threadIdx.x % 32) * T3_V;
     cl.y0 = (int)(threadIdx.x / 32) * T3_CY;
-    const ptrdiff_t z0 = seg * p.seg_planes;
-    const ptrdiff_t z1 = z0 + p.seg_planes < p.nz ? z0 + p.seg_planes : p.nz;
+    const ptrdiff_t z0 = p.z_lo + seg * p.seg_planes;
+    const ptrdiff_t z1 =
+        z0 + p.seg_planes < p.z_hi ? z0 + p.seg_planes : p.z_hi;
     unsigned bad = 0;
     const bool rows_inside = cl.oy >= 0 && cl.oy + T3_TY <= p.ny;
     if (rows_inside && cl.ox >= 0 && cl.ox + T3_TX <= p.nx) {
@@ -814,13 +816,14 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
        fit it (h100_tb3d_segments.md: at 512^3 the counts rank as the
        rounds alone rank them) */
     const ptrdiff_t tiles = p->tiles_x * p->tiles_y;
+    const ptrdiff_t planes = p->z_hi - p->z_lo; /* those it writes */
     ptrdiff_t segs = 0;
-    CS_TRY(cs_env_segments(ctx, "CONVSTENCIL_TB3D_SEGMENTS", p->nz, &segs));
+    CS_TRY(cs_env_segments(ctx, "CONVSTENCIL_TB3D_SEGMENTS", planes, &segs));
     if (segs == 0) {
-        segs = cs_stream_segments(tiles, p->nz, T, resident, T3_MAX_SEGMENTS,
-                                  T3_EXTRA_ROUNDS);
+        segs = cs_stream_segments(tiles, planes, T, resident,
+                                  T3_MAX_SEGMENTS, T3_EXTRA_ROUNDS);
     }
-    p->seg_planes = CEIL_DIV(p->nz, segs);
+    p->seg_planes = CEIL_DIV(planes, segs);
     const ptrdiff_t items = tiles * segs;
     if (items > INT_MAX) {
         cs_cuda_message(ctx, "tb3d: grid too large");
@@ -846,7 +849,7 @@ tb3_depth(cs_cuda_ctx *ctx, tb3_params *p, int depth)
 cs_status
 cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
-                  int *in_flag, int *out_flag)
+                  int *in_flag, int *out_flag, const ptrdiff_t window[2])
 {
     tb3_params p;
     memset(&p, 0, sizeof(p));
@@ -858,6 +861,9 @@ cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     for (int a = 0; a < 3 && ok; a++) {
         ok = in->n[a] == out->n[a] && in->n[a] >= CS_TB3D_MIN_EXTENT;
     }
+    p.z_lo = window != NULL ? window[0] : 0;
+    p.z_hi = window != NULL ? window[1] : in->n[0];
+    ok = ok && p.z_lo >= 0 && p.z_lo < p.z_hi && p.z_hi <= in->n[0];
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tb3d_pass: invalid grids, kernel or "
                              "depth");
