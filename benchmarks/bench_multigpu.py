@@ -284,6 +284,10 @@ def _whole_record(comm, d, shape, preset, steps, repeat, backend):
     return _plain_record(comm, *grids, preset, steps, repeat, backend)
 
 
+# --overlap: apply()'s argument
+OVERLAP = {"auto": None, "on": True, "off": False}
+
+
 def _timed(comm, d, preset, steps, halo_steps, repeat, **kw):
     """(median seconds, the median run's info) of one distributed apply."""
     import convstencil.distributed as csd
@@ -324,6 +328,7 @@ def _distributed_record(comm, d, seconds, info, steps, halo_steps):
             "bytes_per_exchange": info["bytes_sent"] // rounds,
             "transport": info["transport"], "path": info["path"],
             "session": info.get("session"),
+            "overlap": info.get("overlap"),
             # where the time goes, each rank's seconds (phases.table)
             "run_seconds_by_rank": comm.allgather(info["seconds"]),
             "compute_seconds_by_rank": comm.allgather(
@@ -367,13 +372,15 @@ def worker(args):
                 _self_exchange(comm, d, preset, steps, args, tag)
             continue
         seconds, info = _timed(comm, d, preset, steps, None, args.repeat,
-                               transport=args.transport)
+                               transport=args.transport,
+                               overlap=OVERLAP[args.overlap])
         _emit(comm, _distributed_record(comm, d, seconds, info, steps, None),
               tag)
         for k in _sweep(args, steps, comm.Get_size(), info["halo_steps"]):
             seconds, info = _timed(comm, d, preset, steps, k,
                                    max(args.repeat // 2, 2),
-                                   transport=args.transport)
+                                   transport=args.transport,
+                                   overlap=OVERLAP[args.overlap])
             _emit(comm, _distributed_record(comm, d, seconds, info, steps,
                                             k), tag)
         del d
@@ -420,7 +427,8 @@ def _self_exchange(comm, d, preset, steps, args, tag):
     for session in (True, False):
         os.environ["CONVSTENCIL_DISTRIBUTED_SESSION"] = "1" if session else "0"
         seconds, info = _timed(comm, d, preset, steps, None, args.repeat,
-                               self_exchange=True, transport=args.transport)
+                               self_exchange=True, transport=args.transport,
+                               overlap=OVERLAP[args.overlap])
         record = _distributed_record(comm, d, seconds, info, steps, None)
         _emit(comm, dict(record, self_exchange=True), tag)
     os.environ.pop("CONVSTENCIL_DISTRIBUTED_SESSION")
@@ -698,7 +706,8 @@ def _gpu_facts():
 def _worker_args(args):
     out = ["--repeat", str(args.repeat), "--backend", args.backend,
            "--sweep"] + [str(k) for k in args.sweep]
-    out += ["--dims", args.dims, "--transport", args.transport]
+    out += ["--dims", args.dims, "--transport", args.transport,
+            "--overlap", args.overlap]
     out += ["--quick"] if args.quick else []
     out += ["--self-exchange"] if args.self_exchange else []
     for case in args.case or []:
@@ -794,6 +803,10 @@ def main():
                                  "staging"],
                         help="the distributed runs' transport (records "
                              "say which ran)")
+    parser.add_argument("--overlap", choices=sorted(OVERLAP),
+                        default="auto",
+                        help="apply()'s overlap: auto (None), on (True) "
+                             "or off (False); records say whether it did")
     parser.add_argument("--timeout", type=int, default=300,
                         help="seconds per mpiexec launch")
     parser.add_argument("--self-exchange", action="store_true",

@@ -738,14 +738,82 @@ session_open(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(session_run_doc,
-"session_run(session)\n"
+"session_run(session[, bands]) -> split\n"
 "\n"
-"One round: the session's plan on its grid (returns when done).");
+"One round: the session's plan on its grid.  Without `bands`, returns\n"
+"when done (split False).  With bands = (low, high), the planes at the\n"
+"ends of the box along the first axis that the neighbours receive:\n"
+"queued, the last pass writing those first where it can (split True;\n"
+"else the exchange waits for the whole round); exchange on\n"
+"session_exchange_stream or after session_wait_bands, then call\n"
+"session_exchanged.");
 
 static PyObject *
-session_run(PyObject *self, PyObject *capsule)
+session_run(PyObject *self, PyObject *args)
 {
 #ifdef CS_HAVE_CUDA
+    PyObject *capsule, *bands_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:session_run", &capsule, &bands_obj)) {
+        return NULL;
+    }
+    session_box *box = open_session(capsule);
+    if (box == NULL) {
+        return NULL;
+    }
+    Py_ssize_t bands[2] = {0, 0};
+    if (bands_obj != Py_None
+        && !PyArg_ParseTuple(bands_obj, "nn;bands must be (low, high)",
+                             &bands[0], &bands[1])) {
+        return NULL;
+    }
+    const ptrdiff_t planes[2] = {bands[0], bands[1]};
+    char detail[512] = "";
+    int split = 0;
+    cs_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = cs_cuda_session_run(box->x, bands_obj == Py_None ? NULL : planes,
+                                 &split, detail, sizeof(detail));
+    Py_END_ALLOW_THREADS
+    if (status != CS_OK) {
+        cs_py_raise_status(status, "cuda", detail);
+        return NULL;
+    }
+    return PyBool_FromLong(split);
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
+PyDoc_STRVAR(session_exchange_stream_doc,
+"session_exchange_stream(session) -> stream\n"
+"\n"
+"The stream (a cudaStream_t as an int) that a queued round's exchange\n"
+"goes on: it waits for the round's bands.");
+
+static PyObject *
+session_exchange_stream(PyObject *self, PyObject *capsule)
+{
+#ifdef CS_HAVE_CUDA
+    session_box *box = open_session(capsule);
+    if (box == NULL) {
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(
+        (unsigned long long)(uintptr_t)cs_cuda_session_exchange_stream(
+            box->x));
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
+#ifdef CS_HAVE_CUDA
+/* A session call that takes the session alone and may wait. */
+static PyObject *
+session_step(PyObject *capsule,
+             cs_status (*call)(cs_cuda_session *, char *, size_t))
+{
     session_box *box = open_session(capsule);
     if (box == NULL) {
         return NULL;
@@ -753,13 +821,44 @@ session_run(PyObject *self, PyObject *capsule)
     char detail[512] = "";
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = cs_cuda_session_run(box->x, detail, sizeof(detail));
+    status = call(box->x, detail, sizeof(detail));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
         cs_py_raise_status(status, "cuda", detail);
         return NULL;
     }
     Py_RETURN_NONE;
+}
+#endif
+
+PyDoc_STRVAR(session_wait_bands_doc,
+"session_wait_bands(session)\n"
+"\n"
+"Wait for the bands of the round last queued (an exchange that the\n"
+"host drives may start then).");
+
+static PyObject *
+session_wait_bands(PyObject *self, PyObject *capsule)
+{
+#ifdef CS_HAVE_CUDA
+    return session_step(capsule, cs_cuda_session_wait_bands);
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
+PyDoc_STRVAR(session_exchanged_doc,
+"session_exchanged(session)\n"
+"\n"
+"The exchange after a queued round is queued on the exchange stream (or\n"
+"done): the next round waits for it.");
+
+static PyObject *
+session_exchanged(PyObject *self, PyObject *capsule)
+{
+#ifdef CS_HAVE_CUDA
+    return session_step(capsule, cs_cuda_session_exchanged);
 #else
     no_cuda_engine();
     return NULL;
@@ -1341,7 +1440,12 @@ static PyMethodDef core_methods[] = {
      cuda_current_device_doc},
     {"cuda_set_device", cuda_set_device, METH_VARARGS, cuda_set_device_doc},
     {"session_open", session_open, METH_VARARGS, session_open_doc},
-    {"session_run", session_run, METH_O, session_run_doc},
+    {"session_run", session_run, METH_VARARGS, session_run_doc},
+    {"session_exchange_stream", session_exchange_stream, METH_O,
+     session_exchange_stream_doc},
+    {"session_wait_bands", session_wait_bands, METH_O,
+     session_wait_bands_doc},
+    {"session_exchanged", session_exchanged, METH_O, session_exchanged_doc},
     {"session_view", session_view, METH_O, session_view_doc},
     {"session_halo", session_halo, METH_O, session_halo_doc},
     {"session_copy", session_copy, METH_VARARGS, session_copy_doc},

@@ -180,6 +180,45 @@ def test_session_rounds_equal_calls(comm, shared_rng, monkeypatch, preset,
                                    cval=0.25, backend="cpu"))
 
 
+@pytest.mark.parametrize("transport", ["nccl", "cuda-ipc", "staging"])
+@pytest.mark.parametrize("mode", ["wrap", "constant", "reflect"])
+@pytest.mark.parametrize("preset,shape,k", [("heat2d", (1203, 157), 9),
+                                            ("heat2d", (803, 330), 40),
+                                            ("heat3d", (203, 29, 34), 4),
+                                            ("box3d27p", (150, 40, 33), 7)])
+def test_split_rounds_equal_whole_rounds(comm, shared_rng, preset, shape, k,
+                                         mode, transport):
+    """Slabs along axis 0 whose sessions run tb2d or tb3d: each round's
+    last pass writes the planes the neighbours receive first, and the
+    exchange runs beside the rest of it (queued on the session's
+    exchange stream for NCCL, started once those planes are written for
+    the others).  The bits of the rounds without the split, ten rounds
+    in a row, and the CPU engine's result."""
+    if transport == "nccl" and not _nccl_loadable(comm):
+        pytest.skip("NCCL not found: pip install nvidia-nccl-cu12")
+    if transport == "cuda-ipc" and not _ipc_usable(comm):
+        pytest.skip("CUDA IPC is not usable between these ranks")
+    csd = _csd()
+    size = comm.Get_size()
+    u = shared_rng.uniform(-1, 1, shape)
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    dims=(size,) + (1,) * (len(shape) - 1), backend="cuda")
+    steps = 10 * k
+    runs = [csd.apply(d, preset, steps=steps, mode=mode, cval=0.25,
+                      halo_steps=k, transport=transport, overlap=overlap)
+            for overlap in (None, False)]
+    split, whole = (r.info for r in runs)
+    assert split["session"] and whole["session"]
+    assert whole["overlap"] is False
+    assert split["overlap"] is (size > 1 and split["path"] == "cuda-core")
+    out, ref = (csd.gather(r) for r in runs)
+    if comm.Get_rank() == 0:
+        np.testing.assert_array_equal(out, ref)
+        assert_close(out, cs.apply(u, preset, steps=steps, mode=mode,
+                                   cval=0.25, backend="cpu"),
+                     dict(preset=preset, mode=mode, transport=transport))
+
+
 def test_session_with_nan_runs_again_as_calls(comm, shared_rng):
     """A NaN in the grid: the session reports it when it stores, and the
     rounds run again one call each (the masked path keeps NaN where

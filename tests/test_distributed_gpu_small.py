@@ -154,6 +154,52 @@ def test_self_exchange_through_staging(comm, shared_rng):
     assert d1.info["ghost_depth"] == (3, 3)
 
 
+# few and small: the emulation takes about a minute for a 3D case (tb3d's
+# blocks of 512 threads); test_distributed_gpu.py runs larger ones
+@pytest.mark.parametrize("name,shape,k,mode", [
+    ("heat2d", (67, 16), 2, "wrap"), ("box2d9p", (70, 17), 9, "constant"),
+    ("heat3d", (26, 8, 8), 4, "reflect")])
+def test_split_rounds_give_the_bits_of_whole_rounds(comm, shared_rng,
+                                                   monkeypatch, name, shape,
+                                                   k, mode):
+    """Grids cut along axis 0 whose sessions run tb2d or tb3d (at least
+    16 rows and columns, 8 cells along every 3D axis): each pass writes
+    only the planes the round still reads, and with overlap the last
+    pass writes the planes the neighbours receive first, the exchange
+    running beside the rest.  The bits of the rounds without the split
+    and of one engine call per round, on uneven blocks; a block split
+    where it holds more than the planes it sends."""
+    size = comm.Get_size()
+    dims = (size,) + (1,) * (len(shape) - 1)
+    u = shared_rng.uniform(-1, 1, shape)
+    steps = 3 * k  # 3 session rounds (info's path: the session's)
+    out, d1 = run_device(comm, u, steps, mode, dims=dims, stencil=name,
+                         halo_steps=k)
+    whole, d2 = run_device(comm, u, steps, mode, dims=dims, stencil=name,
+                           halo_steps=k, overlap=False)
+    monkeypatch.setenv("CONVSTENCIL_DISTRIBUTED_SESSION", "0")
+    calls, d3 = run_device(comm, u, steps, mode, dims=dims, stencil=name,
+                           halo_steps=k)
+    assert d1.info["session"] and d2.info["session"]
+    assert d3.info["session"] is False
+    assert d2.info["overlap"] is False and d3.info["overlap"] is False
+    # planes this block sends: to each neighbour along axis 0; on these
+    # grids the CUDA-core path is tb2d's or tb3d's (a single step may
+    # go to the tensor cores)
+    rank, periodic = comm.Get_rank(), mode == "wrap"
+    sends = d1.info["ghost_depth"][0] * ((rank > 0 or periodic)
+                                         + (rank < size - 1 or periodic))
+    assert d1.info["overlap"] is (size > 1 and d1.local.shape[0] > sends
+                                  and d1.info["path"] == "cuda-core"), (
+        sends, d1.info["path"])
+    if comm.Get_rank() == 0:
+        np.testing.assert_array_equal(out, whole)
+        if d3.info["path"] == d1.info["path"]:  # a call of one step may
+            np.testing.assert_array_equal(out, calls)  # take another
+        assert_close(out, reference.apply(u, cs.Stencil(name).weights,
+                                          steps, mode))
+
+
 @pytest.mark.parametrize("mode", ["wrap", "reflect"])
 @pytest.mark.parametrize("ndim", [2, 3])
 def test_session_rounds_equal_calls(comm, shared_rng, monkeypatch, ndim,
@@ -364,7 +410,7 @@ def test_error_on_one_rank_reaches_all(comm, monkeypatch):
     # a failing engine call in the middle of the rounds on one rank: every
     # rank stops at the same round and raises, none waits forever
     if comm.Get_rank() == last:
-        def failing(handle):
+        def failing(handle, *bands):
             raise RuntimeError("engine failure on purpose")
         monkeypatch.setattr(cs._core, "session_run", failing)
     with pytest.raises(RuntimeError, match="engine failure on purpose"):

@@ -326,8 +326,8 @@ def test_nccl_messages_match_in_order(monkeypatch):
                     for s in plan.axes[axis]]
                 log = {}
                 t.nccl = types.SimpleNamespace(
-                    exchange=lambda sends, recvs, log=log: log.update(
-                        sends=sends, recvs=recvs))
+                    exchange=lambda sends, recvs, stream, log=log:
+                    log.update(sends=sends, recvs=recvs, stream=stream))
                 t.move(messages)
                 for ptr, _, peer in log["sends"]:
                     queues.setdefault(("s", axis, rank, peer), []).append(
@@ -385,6 +385,30 @@ def test_transport_names():
         _transport.check_name("nccl", False)
     with pytest.raises(TypeError):
         _transport.check_name(None, True)
+
+
+def test_nccl_queues_slabs_that_move_as_they_lie(monkeypatch):
+    """queue(): where every slab is one run of memory (a block cut along
+    axis 0), each axis's group goes on the given stream and nothing
+    waits; where a slab needs packing (axis 1 cut too), nothing is
+    posted and the caller exchanges as usual."""
+    from convstencil.distributed import _device_blocks, _transport
+    monkeypatch.setattr(_transport._core, "cuda_stream_synchronize",
+                        lambda stream: pytest.fail("queue() waited"))
+    for dims, expected in [((2, 1), True), ((2, 2), False)]:
+        d = _grid((12, 12), dims, 0)
+        plan, _ = _plan.make_plan(d, (3, 3), "wrap", 4, 2, 5)
+        t = _transport.NCCL.__new__(_transport.NCCL)
+        t.plan, t.seconds = plan, dict(move=0.0)
+        posted = []
+        t.nccl = types.SimpleNamespace(
+            exchange=lambda sends, recvs, stream: posted.append(
+                (len(sends), len(recvs), stream)))
+        padded = _device_blocks.StridedView(
+            None, 4096, plan.padded_shape,
+            _device_blocks.c_strides(plan.padded_shape))
+        assert t.queue(padded, 77) is expected
+        assert posted == ([(2, 2, 77)] if expected else [])
 
 
 def test_nccl_unique_id_keeps_its_zero_bytes():
@@ -460,13 +484,16 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     pads = [None, types.SimpleNamespace(ptr=200, shape=(12, 30))]
     block = _device_blocks.StridedView(None, 100, (10, 30), (240, 8))
     d = types.SimpleNamespace(comm=_OneRank(), local=block)
-    plan = types.SimpleNamespace(padded_shape=(12, 30), owned_starts=(1, 0))
+    # no exchanging axis to split the rounds for
+    plan = types.SimpleNamespace(padded_shape=(12, 30), owned_starts=(1, 0),
+                                 axes=[])
     w = convstencil.Stencil("heat2d").weights
     times = dict(exchange=0.0, compute=0.0, vote=0.0)
     nonfinite = [False]
-    path = _run._session_rounds(d, pads, plan, Link(), w, 3, 2, "wrap", 0.0,
-                                "cuda", times)
+    path, split = _run._session_rounds(d, pads, plan, Link(), w, 3, 2,
+                                       "wrap", 0.0, "cuda", times)
     assert path == "cuda-core"  # the engine's word for its plan
+    assert split is False
     assert log[0] == ("open", 100, (0, 240, 8), (1, 12, 30), 3, (0, 1, 0),
                       (1, 10, 30))
     round_ = [("get", (0, 2, 0), (1, 2, 30), 7),
@@ -477,6 +504,89 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     log.clear()
     assert _run._session_rounds(d, pads, plan, Link(), w, 3, 1, "wrap", 0.0,
                                 "cuda", times) is None
+
+
+@pytest.mark.parametrize("queues", [True, False])
+def test_split_rounds_exchange_beside_the_last_pass(monkeypatch, queues):
+    """Without a GPU: with a block cut along axis 0 alone, every round but
+    the last is queued with the planes its neighbours receive (split),
+    and its exchange follows at once: queued on the session's exchange
+    stream where the transport can (NCCL), else started after the bands
+    are waited for; the next round waits for it (exchanged), and only the
+    first round exchanges before it runs."""
+    from convstencil import _core, _engine
+    from convstencil.distributed import _device_blocks, _run
+    log = []
+
+    class FakeCore:
+        def __getattr__(self, name):
+            return getattr(_core, name)
+
+        def session_open(self, ptr, strides, shape, w, k, mode, cval, path,
+                         at, box):
+            return "handle", "cuda-core"
+
+        def session_view(self, handle):
+            return 4096, (0, 8 * 30, 8), (1, 12, 30)
+
+        def session_halo(self, handle):
+            return 0, 0, 0
+
+        def session_run(self, handle, bands=None):
+            log.append(("run", bands))
+            return bands is not None
+
+        def session_exchange_stream(self, handle):
+            return 77
+
+        def session_wait_bands(self, handle):
+            log.append("wait")
+
+        def session_exchanged(self, handle):
+            log.append("exchanged")
+
+        def session_close(self, handle, ptr, strides):
+            log.append("close")
+            return False
+
+    class Link:
+        def exchange(self, grid):
+            log.append("exchange")
+
+        def queue(self, grid, stream):
+            assert stream == 77 and grid.shape == (12, 30)
+            if queues:
+                log.append("queue")
+            return queues
+
+    monkeypatch.setattr(_engine, "_core", FakeCore())
+    pads = [None, types.SimpleNamespace(ptr=200, shape=(12, 30))]
+    block = _device_blocks.StridedView(None, 100, (8, 30), (240, 8))
+    d = types.SimpleNamespace(comm=_OneRank(), local=block)
+    side = object()
+    plan = types.SimpleNamespace(padded_shape=(12, 30), owned_starts=(2, 0),
+                                 axes=[[side, side], []], depth=(2, 0),
+                                 lo=(True, False), hi=(True, False))
+    assert _run.split_bands(plan) == (2, 2)
+    w = convstencil.Stencil("heat2d").weights
+    times = dict(exchange=0.0, compute=0.0, vote=0.0)
+    path, split = _run._session_rounds(d, pads, plan, Link(), w, 2, 3,
+                                       "wrap", 0.0, "cuda", times)
+    assert split is True
+    beside = ["queue"] if queues else ["wait", "exchange"]
+    queued = [("run", (2, 2))] + beside + ["exchanged"]
+    assert log == (["exchange"] + queued + queued + [("run", None),
+                                                     "close"])
+    # overlap=False: each round exchanges before it runs, none split
+    log.clear()
+    path, split = _run._session_rounds(d, pads, plan, Link(), w, 2, 2,
+                                       "wrap", 0.0, "cuda", times,
+                                       overlap=False)
+    assert split is False
+    assert log == ["exchange", ("run", None)] * 2 + ["close"]
+    # an axis besides axis 0 exchanges: its slabs hold every plane
+    plan.axes = [[side], [side]]
+    assert _run.split_bands(plan) is None
 
 
 def test_device_block_copy_passes_the_engine_a_path_code(monkeypatch):

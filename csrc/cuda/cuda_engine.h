@@ -262,8 +262,29 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
                      long round_steps, cs_cuda_path path,
                      cs_cuda_session **out, char *err, size_t err_len);
 
+/* One round.  bands NULL: returns when it is done.  Else it is queued
+   and returns at once: the last pass writes bands[0] and bands[1] planes
+   at the ends of the box along the grid's first axis first, where it
+   can (*split = 1; session.cu), and the exchange stream waits for them
+   (else for the whole round); the caller then exchanges (queued on the
+   exchange stream, or after cs_cuda_session_wait_bands) and calls
+   cs_cuda_session_exchanged, which the next round waits for. */
 cs_status
-cs_cuda_session_run(cs_cuda_session *x, char *err, size_t err_len);
+cs_cuda_session_run(cs_cuda_session *x, const ptrdiff_t *bands, int *split,
+                    char *err, size_t err_len);
+
+/* The stream (a cudaStream_t) a split round's exchange is queued on. */
+void *
+cs_cuda_session_exchange_stream(const cs_cuda_session *x);
+
+/* Wait on the host for the bands of the round last queued. */
+cs_status
+cs_cuda_session_wait_bands(cs_cuda_session *x, char *err, size_t err_len);
+
+/* The exchange is queued on the exchange stream (or done): the next
+   round waits for it. */
+cs_status
+cs_cuda_session_exchanged(cs_cuda_session *x, char *err, size_t err_len);
 
 /* The path the session's plan runs ("tensor-core" or "cuda-core"). */
 const char *

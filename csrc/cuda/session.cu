@@ -16,6 +16,21 @@
  * cannot rerun its rounds on the masked path (their exchanges are the
  * caller's), so it reports the flags and the caller runs again without a
  * session.  1D grids (folded into rows) are not served.
+ *
+ * Rounds of tb2d (2D grids) and tb3d run each pass on the planes (rows)
+ * along the grid's first axis that the rest of the round reads for the
+ * box (the owned block) to come out exact: the caller's ghosts along
+ * that axis go stale by the kernel's radius a step, so each pass skips
+ * what already went stale, and the last writes the box alone.  A round
+ * may also split its last pass (cs_cuda_session_run's `bands`): the
+ * planes at the ends of the box that the neighbours receive go first,
+ * on the lane's high-priority band stream, and the session's exchange
+ * stream waits for them alone, so that an exchange queued there (or
+ * started once cs_cuda_session_wait_bands returns) runs while the box's
+ * interior is computed.  The ghosts it writes are cells that pass
+ * neither reads nor writes; the next round waits for the exchange
+ * (cs_cuda_session_exchanged).  A cell's value does not depend on the
+ * passes' windows: the results are those of whole passes, bit for bit.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +48,12 @@ struct cs_cuda_session {
                           (the loop's cs_dkernel.host_weights) */
     cs_mode mode;
     double cval;
+    ptrdiff_t at[3], box[3]; /* the box in the grid */
+    long round_steps;
+    cudaStream_t exchange_stream; /* the caller's exchange, beside the
+                                     last pass's interior */
+    cudaEvent_t exchanged;        /* recorded there when it is queued */
+    int exchange_pending;         /* the next round waits for it */
 };
 
 /* Point the session's context at this call's message buffer. */
@@ -104,6 +125,27 @@ box_inside(const ptrdiff_t shape[3], const ptrdiff_t at[3],
     return 1;
 }
 
+/* The exchange stream, of the highest priority (the exchange's copies
+   go before the interior's blocks), and its event. */
+static cs_status
+make_exchange_stream(cs_cuda_session *x)
+{
+    cs_cuda_ctx *ctx = &x->ctx;
+    int least = 0, greatest = 0;
+    CS_CUDA_CHECK(ctx, cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                  "cudaDeviceGetStreamPriorityRange (session)");
+    CS_CUDA_CHECK(ctx,
+                  cudaStreamCreateWithPriority(&x->exchange_stream,
+                                               cudaStreamNonBlocking,
+                                               greatest),
+                  "cudaStreamCreateWithPriority (session exchange)");
+    CS_CUDA_CHECK(ctx,
+                  cudaEventCreateWithFlags(&x->exchanged,
+                                           cudaEventDisableTiming),
+                  "cudaEventCreateWithFlags (session exchange)");
+    return CS_OK;
+}
+
 cs_status
 cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
                      const ptrdiff_t at[3], const ptrdiff_t box[3],
@@ -121,6 +163,11 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
     cs_cuda_ctx *ctx = &x->ctx;
     x->mode = mode;
     x->cval = cval;
+    x->round_steps = round_steps;
+    for (int a = 0; a < 3; a++) {
+        x->at[a] = at[a];
+        x->box[a] = box[a];
+    }
     cs_status st = cs_engine_check_args(ctx, (const double *)in->data,
                                         (const double *)in->data, shape,
                                         kernel, mode, round_steps, path);
@@ -151,6 +198,9 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
                                    x->buf);
     }
     if (st == CS_OK) {
+        st = make_exchange_stream(x);
+    }
+    if (st == CS_OK) {
         st = check(ctx,
                    cudaMemsetAsync(x->s.lane->flags, 0,
                                            2 * sizeof(int), ctx->stream),
@@ -173,14 +223,167 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
     return CS_OK;
 }
 
+/* ------------------------------------------------------------------------
+ * windowed rounds
+ * --------------------------------------------------------------------- */
+
+typedef cs_status (*blocked_pass_fn)(cs_cuda_ctx *, const cs_dgrid *,
+                                     const cs_dgrid *, const cs_dkernel *,
+                                     int, cs_mode, double, int *, int *,
+                                     const ptrdiff_t *);
+
+/* The axis (of the three) along which the passes take windows: the
+   planes of tb3d, the rows of tb2d on a 2D grid; -1: whole passes. */
+static int
+window_axis(const cs_cuda_session *x)
+{
+    if (x->plan.pass == CS_PASS_TB3D) {
+        return 0;
+    }
+    return x->plan.pass == CS_PASS_TB2D && x->plan.run_shape[0] == 1 ? 1
+                                                                     : -1;
+}
+
+/* The cells along axis a that the pass ending after `done` of the
+   round's steps writes: the box and, on each side with ghosts, the cells
+   the round's remaining steps read from there (the kernel's radius a
+   step).  Cells beyond are stale by then, or ghosts the next exchange
+   writes. */
+static void
+pass_window(const cs_cuda_session *x, int a, long done, ptrdiff_t w[2])
+{
+    const ptrdiff_t n = x->L.g[0].n[a];
+    const ptrdiff_t end = x->at[a] + x->box[a];
+    const ptrdiff_t reach =
+        (ptrdiff_t)(x->round_steps - done) * ((x->L.dk.size[a] - 1) / 2);
+    w[0] = x->at[a] > reach ? x->at[a] - reach : 0;
+    w[1] = n - end > reach ? end + reach : n;
+}
+
+/* The last pass of a split round: bands[0] and bands[1] planes at the
+   ends of the window `w` (the box) on the band stream, the rest on the
+   main stream beside them; the exchange stream and the main stream wait
+   for the bands.  A box without an interior between its bands runs
+   whole, and the exchange waits for it (*split = 0). */
+static cs_status
+split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
+           const cs_dgrid *src, const cs_dgrid *dst, int depth,
+           const ptrdiff_t w[2], const ptrdiff_t bands[2], int *split)
+{
+    const cs_lane *l = x->s.lane;
+    const ptrdiff_t inner[2] = {w[0] + bands[0], w[1] - bands[1]};
+    *split = inner[0] < inner[1];
+    if (!*split) {
+        CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL,
+                   NULL, w));
+        CS_CUDA_CHECK(ctx, cudaEventRecord(l->band_done, ctx->stream),
+                      "cudaEventRecord (session pass done)");
+    } else {
+        CS_CUDA_CHECK(ctx, cudaEventRecord(l->src_ready, ctx->stream),
+                      "cudaEventRecord (session last pass ready)");
+        CS_CUDA_CHECK(ctx,
+                      cudaStreamWaitEvent(l->band_stream, l->src_ready, 0),
+                      "cudaStreamWaitEvent (session bands)");
+        cs_cuda_ctx side = *ctx;
+        side.stream = l->band_stream;
+        const ptrdiff_t low[2] = {w[0], inner[0]};
+        const ptrdiff_t high[2] = {inner[1], w[1]};
+        if (bands[0] > 0) {
+            CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval,
+                       NULL, NULL, low));
+        }
+        if (bands[1] > 0) {
+            CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval,
+                       NULL, NULL, high));
+        }
+        CS_CUDA_CHECK(ctx, cudaEventRecord(l->band_done, l->band_stream),
+                      "cudaEventRecord (session bands done)");
+        CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL,
+                   NULL, inner));
+        CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->stream, l->band_done, 0),
+                      "cudaStreamWaitEvent (session interior)");
+    }
+    CS_CUDA_CHECK(ctx,
+                  cudaStreamWaitEvent(x->exchange_stream, l->band_done, 0),
+                  "cudaStreamWaitEvent (session exchange)");
+    return CS_OK;
+}
+
+/* A round of tb2d's or tb3d's passes in windows along axis a (see the
+   top); bands non-NULL: the last pass split.  *cur_out as
+   cs_engine_step_loop's. */
+static cs_status
+windowed_passes(cs_cuda_session *x, cs_cuda_ctx *ctx, int a,
+                const ptrdiff_t bands[2], int *split, int *cur_out)
+{
+    const blocked_pass_fn run = x->plan.pass == CS_PASS_TB3D
+                                    ? cs_cuda_tb3d_pass
+                                    : cs_cuda_tb2d_pass;
+    const cs_fusion_plan *f = &x->plan.fusion;
+    const long total = f->passes + (f->remainder > 0);
+    long done = 0;
+    for (long i = 0; i < total; i++) {
+        const int depth = (int)(i < f->passes ? f->depth : f->remainder);
+        const cs_dgrid *src = &x->L.g[i % 2], *dst = &x->L.g[(i + 1) % 2];
+        done += depth;
+        ptrdiff_t w[2];
+        pass_window(x, a, done, w);
+        if (i + 1 == total && bands != NULL) {
+            CS_TRY(split_pass(x, ctx, run, src, dst, depth, w, bands,
+                              split));
+        } else {
+            CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval,
+                       NULL, NULL, w));
+        }
+    }
+    *cur_out = (int)(total % 2);
+    return CS_OK;
+}
+
+/* The round's passes: windowed where the plan allows, else the engine's
+   step loop (an exchange then waits for all of it). */
+static cs_status
+round_passes(cs_cuda_session *x, cs_cuda_ctx *ctx, const ptrdiff_t bands[2],
+             int *split, int *cur)
+{
+    const int a = window_axis(x);
+    if (a >= 0) {
+        return windowed_passes(x, ctx, a, bands, split, cur);
+    }
+    CS_TRY(cs_engine_step_loop(ctx, &x->s, &x->L, &x->plan, x->mode, x->cval,
+                               cur));
+    if (bands != NULL) {
+        CS_CUDA_CHECK(ctx, cudaEventRecord(x->s.lane->band_done, ctx->stream),
+                      "cudaEventRecord (session round done)");
+        CS_CUDA_CHECK(ctx,
+                      cudaStreamWaitEvent(x->exchange_stream,
+                                          x->s.lane->band_done, 0),
+                      "cudaStreamWaitEvent (session exchange)");
+    }
+    return CS_OK;
+}
+
 cs_status
-cs_cuda_session_run(cs_cuda_session *x, char *err, size_t err_len)
+cs_cuda_session_run(cs_cuda_session *x, const ptrdiff_t *bands, int *split,
+                    char *err, size_t err_len)
 {
     cs_cuda_ctx *ctx = session_ctx(x, err, err_len);
     int cur = 0;
-    CS_TRY(cs_engine_step_loop(ctx, &x->s, &x->L, &x->plan, x->mode, x->cval,
-                               &cur));
+    *split = 0;
+    if (bands != NULL && (bands[0] < 0 || bands[1] < 0)) {
+        cs_cuda_message(ctx, "a split round's bands are planes at the ends "
+                             "of the box, not %td and %td", bands[0],
+                        bands[1]);
+        return CS_ERR_INVALID;
+    }
+    if (x->exchange_pending) {
+        CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->stream, x->exchanged, 0),
+                      "cudaStreamWaitEvent (session exchanged)");
+        x->exchange_pending = 0;
+    }
+    CS_TRY(round_passes(x, ctx, bands, split, &cur));
     if (cur == 1) {
+
         /* the result's grid becomes g[0], where the next round starts */
         const cs_dgrid g = x->L.g[0];
         char *b = x->buf[0];
@@ -189,9 +392,36 @@ cs_cuda_session_run(cs_cuda_session *x, char *err, size_t err_len)
         x->buf[0] = x->buf[1];
         x->buf[1] = b;
     }
+    if (bands != NULL) {
+        return CS_OK; /* queued: the caller's exchange follows */
+    }
     /* the caller reads and writes the grid next, on other streams */
     return check(ctx, cudaStreamSynchronize(ctx->stream),
                          "cudaStreamSynchronize (session round)");
+}
+
+void *
+cs_cuda_session_exchange_stream(const cs_cuda_session *x)
+{
+    return (void *)x->exchange_stream;
+}
+
+cs_status
+cs_cuda_session_wait_bands(cs_cuda_session *x, char *err, size_t err_len)
+{
+    cs_cuda_ctx *ctx = session_ctx(x, err, err_len);
+    return check(ctx, cudaEventSynchronize(x->s.lane->band_done),
+                 "cudaEventSynchronize (session bands)");
+}
+
+cs_status
+cs_cuda_session_exchanged(cs_cuda_session *x, char *err, size_t err_len)
+{
+    cs_cuda_ctx *ctx = session_ctx(x, err, err_len);
+    CS_TRY(check(ctx, cudaEventRecord(x->exchanged, x->exchange_stream),
+                 "cudaEventRecord (session exchanged)"));
+    x->exchange_pending = 1;
+    return CS_OK;
 }
 
 const char *
@@ -295,7 +525,16 @@ cs_cuda_session_free(cs_cuda_session *x)
     /* the last caller's message buffer may be gone */
     x->ctx.err = NULL;
     x->ctx.err_len = 0;
+    if (x->exchange_pending) { /* the lane's next user waits for it */
+        (void)cudaStreamWaitEvent(x->ctx.stream, x->exchanged, 0);
+    }
     cs_engine_release(&x->ctx, &x->s);
+    if (x->exchanged != NULL) {
+        (void)cudaEventDestroy(x->exchanged);
+    }
+    if (x->exchange_stream != NULL) {
+        (void)cudaStreamDestroy(x->exchange_stream);
+    }
     cs_kernel_free(&x->kernel);
     free(x);
 }

@@ -316,9 +316,34 @@ def session_open(ptr, shape, strides, weights, *, steps, mode, cval, path,
                               (1,) * lead + tuple(box))
 
 
-def session_run(handle):
-    """Run the session's steps once (its grid becomes the result)."""
-    _core.session_run(handle)
+def session_run(handle, bands=None):
+    """Run the session's steps once (its grid becomes the result).
+    Without `bands`, returns when done (False).  With bands = (low,
+    high), planes at the ends of the box along axis 0: queued, those
+    planes written first; True where the round's last pass was split so
+    (the exchange then runs beside the rest of it).  Exchange on
+    session_exchange_stream or after session_wait_bands, then call
+    session_exchanged."""
+    if bands is None:
+        return _core.session_run(handle)
+    return _core.session_run(handle, tuple(int(b) for b in bands))
+
+
+def session_exchange_stream(handle):
+    """The stream (cudaStream_t, an int) a queued round's exchange goes
+    on: it waits for the round's bands."""
+    return _core.session_exchange_stream(handle)
+
+
+def session_wait_bands(handle):
+    """Wait for the bands of the round last queued."""
+    _core.session_wait_bands(handle)
+
+
+def session_exchanged(handle):
+    """The exchange of a queued round is queued on the exchange stream
+    (or done): the next round waits for it."""
+    _core.session_exchanged(handle)
 
 
 def session_view(handle, ndim):

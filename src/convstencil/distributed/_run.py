@@ -118,7 +118,11 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     redundant work (the strips' input margins) and more engine calls:
     None lets the cost model decide (with k, where halo_steps is None),
     True or False forces it; the result is the same.  Device blocks
-    never overlap (info()'s "overlap" says False).  Every rank of
+    (2D and 3D grids cut along axis 0 alone, whose engine session runs
+    temporally blocked passes) overlap without redundant work: each
+    round's last pass computes the planes the neighbours receive first,
+    and the exchange runs beside the rest of it (None or True; False:
+    after it).  info()'s "overlap" says whether it did.  Every rank of
     d.comm must call it with the same arguments.
     """
     _check_grid(d)
@@ -144,7 +148,7 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     setup = time.perf_counter() - started
     try:
         record = _run(d, pads, plan, k, link, w, steps, mode, cval, name,
-                      session)
+                      session, overlap is not False)
     finally:
         link.close()
     record.update(device=d.device, setup_seconds=setup, load_seconds=load,
@@ -302,8 +306,21 @@ class _Session:
     def copy(self, starts, sizes, buf, put):
         _engine.session_copy(self.handle, starts, sizes, buf.ptr, put=put)
 
-    def run(self):
-        _engine.session_run(self.handle)
+    def run(self, bands=None):
+        """One round; with `bands` queued (see _engine.session_run):
+        True where its last pass was split for the exchange."""
+        return _engine.session_run(self.handle, bands)
+
+    def exchange_beside(self, link):
+        """The exchange after a queued round, beside the rest of its
+        last pass: queued on the session's exchange stream where the
+        transport can, else started once the bands are written; the
+        next round waits for it."""
+        if not link.queue(self.grid(),
+                          _engine.session_exchange_stream(self.handle)):
+            _engine.session_wait_bands(self.handle)
+            link.exchange(self.grid())
+        _engine.session_exchanged(self.handle)
 
     def close(self, out):
         """Store into the DeviceArray `out`; True where a value was not
@@ -361,14 +378,27 @@ def _vote(comm, failure, times):
         times["vote"] += time.perf_counter() - t0
 
 
+def split_bands(plan):
+    """(low, high): the planes at the ends of the block along axis 0
+    that the neighbours receive, where a round may compute them first
+    and exchange them beside the rest (axis 0 the only one exchanged:
+    another axis's slabs hold cells of every plane); else None."""
+    if not plan.axes or not plan.axes[0] or any(plan.axes[1:]):
+        return None
+    return tuple(plan.depth[0] if side else 0
+                 for side in (plan.lo[0], plan.hi[0]))
+
+
 def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
-                    times):
+                    times, overlap=True):
     """`rounds` rounds of k steps in an engine session loaded with d's
     block (the padded blocks are not read: the block goes straight into
-    the session's grid, and each round's exchange, the first included,
-    fills its ghosts); the result goes to pads[1].  Returns the engine's
-    path, or None where a value was not finite on some rank: the caller
-    then runs the rounds again without a session."""
+    the session's grid, and the exchanges fill its ghosts: the first
+    before the first round, the others beside the round before where
+    `overlap` (split_bands), else before their round); the result goes
+    to pads[1].  Returns (the engine's path, whether a round was split),
+    or None where a value was not finite on some rank: the caller then
+    runs the rounds again without a session."""
     comm = d.comm
     # a session left open by an exception is freed with its handle
     session = agree(comm, _Session, plan.padded_shape, d.local,
@@ -376,29 +406,46 @@ def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
     layouts = comm.allgather(session.layout())
     session.spans = (session.spans_fit()
                      and all(layout == layouts[0] for layout in layouts))
-    for _ in range(rounds):
+    bands = split_bands(plan) if overlap else None
+    ghosts_sent = False  # by the round before, beside its last pass
+    split = False
+    for i in range(rounds):
+        queue = bands if i + 1 < rounds else None
         failure = None
         try:
             t0 = time.perf_counter()
-            link.exchange(session.grid())
+            if not ghosts_sent:
+                link.exchange(session.grid())
             t1 = time.perf_counter()
-            session.run()
+            split = session.run(queue) or split
             times["exchange"] += t1 - t0
             times["compute"] += time.perf_counter() - t1
         except BaseException as exc:  # noqa: B902 - voted on, re-raised
             failure = exc
+        if queue is not None:
+            # even after a failure: the neighbours' exchanges wait for
+            # this rank's messages
+            t0 = time.perf_counter()
+            try:
+                session.exchange_beside(link)
+            except BaseException as exc:  # noqa: B902 - voted on
+                failure = failure or exc
+            times["exchange"] += time.perf_counter() - t0
+        ghosts_sent = queue is not None
         _vote(comm, failure, times)
     t0 = time.perf_counter()
     nonfinite = agree(comm, session.close, pads[1])
     times["compute"] += time.perf_counter() - t0
     if comm.allreduce(int(nonfinite), op=MPI.MAX):
         return None
-    return session.path
+    return session.path, split
 
 
-def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session):
+def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session,
+         device_overlap=True):
     """The rounds; `use_session` (_use_session): whole rounds in an
-    engine session, whose grid loads the block (pads[0] left unfilled)."""
+    engine session, whose grid loads the block (pads[0] left unfilled);
+    `device_overlap`: its rounds may split (_session_rounds)."""
     comm = d.comm
     engine = _Engine(w, mode, cval, name)
     times = dict(exchange=0.0, compute=0.0, hidden=0.0, wait=0.0, vote=0.0)
@@ -407,13 +454,14 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session):
     rounds, cur = 0, 0
     start = time.perf_counter()
     done = 0
-    session = False
+    session = split = False
     if use_session:
         whole = steps // k
-        path = _session_rounds(d, pads, plan, link, w, k, whole, mode, cval,
-                               name, times)
-        if path is not None:
-            session, engine.path = True, path
+        ran = _session_rounds(d, pads, plan, link, w, k, whole, mode, cval,
+                              name, times, device_overlap)
+        if ran is not None:
+            session = True
+            engine.path, split = ran
             rounds, cur, done = whole, 1, whole * k
         else:
             # NaN or infinity met: every round again, each a call of its
@@ -441,7 +489,7 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session):
             "exchange_seconds": times["exchange"],
             "compute_seconds": times["compute"],
             "vote_seconds": times["vote"],
-            "overlap": overlap,
+            "overlap": overlap or split,
             "overlap_seconds": times["hidden"],
             "wait_after_interior_seconds": times["wait"],
             "engine_calls_per_round": (

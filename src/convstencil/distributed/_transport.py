@@ -163,6 +163,31 @@ class _DeviceTransport:
             seconds["move"] += t2 - t1
             seconds["unpack"] += t3 - t2
 
+    def queue(self, padded, stream):
+        """Queue the exchange on `stream` (a cudaStream_t) and return
+        True without waiting for it, where the transport can and no slab
+        needs packing; False: nothing was done (exchange() then)."""
+        return False
+
+    def _in_place(self, padded):
+        """Each exchanging axis's Messages, in the axes' order, where
+        every slab moves as it lies (in place, or as whole planes of an
+        engine session's grid); else None."""
+        strides = _device_blocks.strides_of(padded)
+        span = getattr(padded, "span", None)
+        axes = []
+        for axis, sides in enumerate(self.plan.axes):
+            messages = []
+            for i, s in enumerate(sides):
+                packed = not _device_blocks.is_contiguous(s.send[1], strides)
+                if packed and (span is None or span(*s.send) is None):
+                    return None
+                messages.append(self._message(padded, axis, i, s,
+                                              packed)[0])
+            if messages:
+                axes.append(messages)
+        return axes
+
     def parts(self):
         """Seconds packing the slabs that are not one run of memory,
         moving the messages (waiting for the peers included) and
@@ -264,17 +289,33 @@ class NCCL(_DeviceTransport):
         super().__init__(comm, plan)
         self.nccl = nccl_comm
 
-    def move(self, messages):
+    def _post(self, messages, stream):
         # NCCL has no tags: messages between two ranks match in the order
         # they are posted, so both ends order them by direction (a rank
         # can be both neighbours along an axis, or its own)
         sends = sorted(messages, key=lambda m: m.side.send_tag)
         recvs = sorted(messages, key=lambda m: m.side.recv_tag)
         self.nccl.exchange([(m.send, m.count, m.side.peer) for m in sends],
-                           [(m.recv, m.count, m.side.peer) for m in recvs])
+                           [(m.recv, m.count, m.side.peer) for m in recvs],
+                           stream)
+
+    def move(self, messages):
+        self._post(messages, 0)
         # the ghosts are in place when the exchange returns (and its time
         # is the transfer's, not the next engine call's)
         _core.cuda_stream_synchronize(LEGACY_STREAM)
+
+    def queue(self, padded, stream):
+        """Slabs that move as they lie go on `stream`, one group per
+        axis (stream order keeps the axes in turn)."""
+        axes = self._in_place(padded)
+        if axes is None:
+            return False
+        t0 = time.perf_counter()
+        for messages in axes:
+            self._post(messages, stream)
+        self.seconds["move"] += time.perf_counter() - t0
+        return True
 
 
 class CudaIPC(_DeviceTransport):
