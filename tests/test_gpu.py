@@ -643,6 +643,29 @@ def test_tb3d_random_stars_and_outer_products(make, shape, mode, cval, rng):
         check_cuda_core_depth(shape, w, steps, mode, cval, 3, rng)
 
 
+@pytest.mark.parametrize("mode", ["wrap", "constant", "reflect"])
+@pytest.mark.parametrize("shape", [(109, 29, 34), (40, 61, 131)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_tb3d_bits_do_not_depend_on_its_segments(shape, mode, monkeypatch,
+                                                 rng):
+    """The last tile along y and x, moved back to end at the edge,
+    computes cells the tile before it stores too, at rows of another
+    parity in its threads, which add their neighbours in another order:
+    only one of the two stores them.  Before, the block that wrote last
+    won, and with 29 rows (wrap, constant) the bits changed with the
+    segments of planes (an H100, 3 steps)."""
+    u = rng.uniform(-1.0, 1.0, shape)
+    assert planned(cs.Stencil("heat3d").weights, 3, shape, mode,
+                   _core.PATH_CUDA_CORE)["pass"] == "tb3d"
+    runs = []
+    for segments in ("", "1", "2", "3", "7"):
+        monkeypatch.setenv("CONVSTENCIL_TB3D_SEGMENTS", segments)
+        runs.append(cs.apply(u, "heat3d", steps=3, mode=mode, cval=0.25,
+                             backend="cuda-core"))
+    for out in runs[1:]:
+        np.testing.assert_array_equal(out, runs[0])
+
+
 def test_tb3d_leaves_other_kernels_and_small_grids_to_cc3d(rng):
     """A full-rank 3 x 3 x 3 kernel, and a star on a grid under 8 planes,
     run as before (and still match)."""

@@ -85,6 +85,19 @@ cs_tile_origin(ptrdiff_t index, ptrdiff_t own, ptrdiff_t n)
     return start < last ? start : (last > 0 ? last : 0);
 }
 
+/* The first cell tile `index` stores: where its own cells start in the
+   even partition.  The last tile, moved back, computes cells the tile
+   before it stores too, at other places in the tile, where a kernel may
+   round them differently (tb3d's rows: a thread's second row adds the
+   rows beside it in another order than its first); each cell is stored
+   by one tile only, so the result does not depend on which block writes
+   last. */
+static __device__ __forceinline__ ptrdiff_t
+cs_tile_first_stored(ptrdiff_t index, ptrdiff_t own)
+{
+    return index * own;
+}
+
 /* The environment variable `var` into *segs (0 when it is not set): a
    fixed segment count per unit, for measuring cs_stream_segments' choice
    (benchmarks/bench_segments.py); at most the n cells there are. */

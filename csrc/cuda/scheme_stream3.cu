@@ -676,6 +676,8 @@ ss3_body(const ss3_params &p)
                                         p.nx) - M;
     const ptrdiff_t oy = cs_tile_origin(tile / p.tiles_x, S3_TY - 2 * M,
                                         p.ny) - M;
+    const ptrdiff_t sx = cs_tile_first_stored(tile % p.tiles_x, S3_TX - 2 * M);
+    const ptrdiff_t sy = cs_tile_first_stored(tile / p.tiles_x, S3_TY - 2 * M);
     ss3_cells cl;
     cl.x0 = (int)(threadIdx.x % 32) * S3_V;
     cl.y0 = (int)(threadIdx.x / 32) * S3_CY;
@@ -704,7 +706,8 @@ ss3_body(const ss3_params &p)
             const bool in = gy >= 0 && gy < p.ny && gx >= 0 && gx < p.nx;
             const int bit = y * S3_V + j;
             cl.outside |= in ? 0u : 1u << bit;
-            if (in && ty >= M && ty < S3_TY - M && tx >= M && tx < S3_TX - M) {
+            if (in && ty >= M && ty < S3_TY - M && tx >= M && tx < S3_TX - M
+                && gy >= sy && gx >= sx) {
                 cl.own |= 1u << bit;
             }
         }

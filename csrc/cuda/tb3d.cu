@@ -651,12 +651,14 @@ stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
 
 /* A block's whole stream: planes z0 - T .. z1 - 1 + T of level 0; it
    stores the tile's central (T3_TX - 2T) x (T3_TY - 2T) cells of planes
-   z0 .. z1 - 1 (at a side edge: those inside the grid).  Only the
-   planes near the top and bottom take the z edge tests. */
+   z0 .. z1 - 1 (at a side edge: those inside the grid), from row `sy`
+   and column `sx` on (cs_tile_first_stored).  Only the planes near the
+   top and bottom take the z edge tests. */
 template <int T, int SHAPE, bool FLAGS, int EDGE>
 static __device__ __forceinline__ void
 stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
-            ptrdiff_t z1, double2 (*S)[T3_TY + 2][T3_TX / 2], unsigned &bad)
+            ptrdiff_t z1, ptrdiff_t sy, ptrdiff_t sx,
+            double2 (*S)[T3_TY + 2][T3_TX / 2], unsigned &bad)
 {
     constexpr int M = T;
     tb3_stream<T> st;
@@ -680,7 +682,7 @@ stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
             const int ty = cl.y0 + c, tx = cl.x0 + j;
             const ptrdiff_t gy = cl.oy + ty, gx = cl.ox + tx;
             if (ty >= M && ty < T3_TY - M && tx >= M && tx < T3_TX - M
-                && gy >= 0 && gy < p.ny && gx >= 0 && gx < p.nx) {
+                && gy >= sy && gy < p.ny && gx >= sx && gx < p.nx) {
                 st.own |= 1u << (c * T3_V + j);
             }
         }
@@ -735,6 +737,8 @@ tb3d_body(const tb3_params p)
     tb3_cells cl;
     cl.ox = cs_tile_origin(tile % p.tiles_x, OWNX, p.nx) - M;
     cl.oy = cs_tile_origin(tile / p.tiles_x, OWNY, p.ny) - M;
+    const ptrdiff_t sx = cs_tile_first_stored(tile % p.tiles_x, OWNX);
+    const ptrdiff_t sy = cs_tile_first_stored(tile / p.tiles_x, OWNY);
     cl.x0 = (int)(threadIdx.x % 32) * T3_V;
     cl.y0 = (int)(threadIdx.x / 32) * T3_CY;
     const ptrdiff_t z0 = p.z_lo + seg * p.seg_planes;
@@ -743,7 +747,8 @@ tb3d_body(const tb3_params p)
     unsigned bad = 0;
     const bool rows_inside = cl.oy >= 0 && cl.oy + T3_TY <= p.ny;
     if (rows_inside && cl.ox >= 0 && cl.ox + T3_TX <= p.nx) {
-        stream_tile<T, SHAPE, FLAGS, T3_INSIDE>(p, cl, z0, z1, S, bad);
+        stream_tile<T, SHAPE, FLAGS, T3_INSIDE>(p, cl, z0, z1, sy, sx, S,
+                                                bad);
     } else {
         edge_maps(p, cl);
         const bool plain_rows = rows_inside || p.mode == CS_MODE_CONSTANT
@@ -752,15 +757,15 @@ tb3d_body(const tb3_params p)
            plane loops spilled (nvcc -Xptxas -v) */
         if constexpr (SHAPE == T3_STAR) {
             if (plain_rows) {
-                stream_tile<T, SHAPE, FLAGS, T3_EDGE>(p, cl, z0, z1, S,
-                                                      bad);
+                stream_tile<T, SHAPE, FLAGS, T3_EDGE>(p, cl, z0, z1, sy, sx,
+                                                      S, bad);
             } else {
-                stream_tile<T, SHAPE, FLAGS, T3_EDGE_ROWS>(p, cl, z0, z1,
-                                                          S, bad);
+                stream_tile<T, SHAPE, FLAGS, T3_EDGE_ROWS>(p, cl, z0, z1, sy,
+                                                          sx, S, bad);
             }
         } else {
-            stream_tile<T, SHAPE, FLAGS, T3_EDGE_ROWS>(p, cl, z0, z1, S,
-                                                      bad);
+            stream_tile<T, SHAPE, FLAGS, T3_EDGE_ROWS>(p, cl, z0, z1, sy, sx,
+                                                      S, bad);
         }
     }
     if ((bad & 1u) && p.in_flag != nullptr) {
