@@ -506,7 +506,9 @@ static void session_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     int nonfinite = -1;
     if (st == CS_OK) {
         for (long r = 0; r < rounds && st == CS_OK; r++) {
-            st = cs_cuda_session_run(x, err, sizeof err);
+            int split = -1;
+            st = cs_cuda_session_run(x, nullptr, &split, err, sizeof err);
+            ok = ok && split == 0;
             for (long s = 0; s < k; s++) { ref_step(ref, tmp, n, kern, mode, 0.5); ref.swap(tmp); }
             cs_darray v;
             ptrdiff_t vn[3];
