@@ -44,7 +44,12 @@ def info(d=None):
     overlap_seconds the interior compute that ran while the first axis's
     messages were in flight (the most exchange time hidden);
     wait_after_interior_seconds the time still spent waiting for them
-    after the interior (exchange time not hidden)."""
+    after the interior (exchange time not hidden).  Device blocks whose
+    rounds split (info["overlap"] with session): a queued round and an
+    exchange queued beside it return at once, so compute_seconds and
+    exchange_seconds are the host's time to queue them, and the GPU's
+    time lands in the next wait (the next host-driven exchange, the
+    store)."""
     if d is None:
         return dict(_last_info)
     _check_grid(d)
@@ -316,10 +321,10 @@ class _Session:
         last pass: queued on the session's exchange stream where the
         transport can, else started once the bands are written; the
         next round waits for it."""
-        if not link.queue(self.grid(),
-                          _engine.session_exchange_stream(self.handle)):
+        grid = self.grid()
+        if not link.queue(grid, _engine.session_exchange_stream(self.handle)):
             _engine.session_wait_bands(self.handle)
-            link.exchange(self.grid())
+            link.exchange(grid)
         _engine.session_exchanged(self.handle)
 
     def close(self, out):
