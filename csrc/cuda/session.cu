@@ -24,8 +24,9 @@
  * what already went stale, and the last writes the box alone.  A round
  * may also split its last pass (cs_cuda_session_run's `bands`): the
  * planes at the ends of the box that the neighbours receive go first,
- * on the lane's high-priority band stream, and the session's exchange
- * stream waits for them alone, so that an exchange queued there (or
+ * on high-priority band streams, the interior beside them, and the
+ * session's exchange stream waits for the bands alone, so that an
+ * exchange queued there (or
  * started once cs_cuda_session_wait_bands returns) runs while the box's
  * interior is computed.  The ghosts it writes are cells that pass
  * neither reads nor writes; the next round waits for the exchange
@@ -54,6 +55,14 @@ struct cs_cuda_session {
                                      last pass's interior */
     cudaEvent_t exchanged;        /* recorded there when it is queued */
     int exchange_pending;         /* the next round waits for it */
+    cudaEvent_t bands_written;    /* on the exchange stream: what it sends
+                                     is written */
+    /* a split last pass (split_pass): a stream for each band, of the
+       highest priority, and one for the interior, of the lowest */
+    cudaStream_t band_stream[2], interior_stream;
+    cudaEvent_t pass_ready;      /* the passes before, on the main stream */
+    cudaEvent_t band_started[2]; /* a band stream reached its band */
+    cudaEvent_t band_done[2], interior_done;
 };
 
 /* Point the session's context at this call's message buffer. */
@@ -125,24 +134,42 @@ box_inside(const ptrdiff_t shape[3], const ptrdiff_t at[3],
     return 1;
 }
 
-/* The exchange stream, of the highest priority (the exchange's copies
-   go before the interior's blocks), and its event. */
+/* A stream of priority `priority` and no implicit order with stream 0. */
 static cs_status
-make_exchange_stream(cs_cuda_session *x)
+make_stream(cs_cuda_ctx *ctx, int priority, cudaStream_t *stream)
+{
+    CS_CUDA_CHECK(ctx,
+                  cudaStreamCreateWithPriority(stream, cudaStreamNonBlocking,
+                                               priority),
+                  "cudaStreamCreateWithPriority (session)");
+    return CS_OK;
+}
+
+/* The exchange stream and the band streams, of the highest priority
+   (the exchange's copies and the bands it waits for go before the
+   interior's blocks), the interior's stream, of the lowest, and the
+   events that order them. */
+static cs_status
+make_side_streams(cs_cuda_session *x)
 {
     cs_cuda_ctx *ctx = &x->ctx;
     int least = 0, greatest = 0;
     CS_CUDA_CHECK(ctx, cudaDeviceGetStreamPriorityRange(&least, &greatest),
                   "cudaDeviceGetStreamPriorityRange (session)");
-    CS_CUDA_CHECK(ctx,
-                  cudaStreamCreateWithPriority(&x->exchange_stream,
-                                               cudaStreamNonBlocking,
-                                               greatest),
-                  "cudaStreamCreateWithPriority (session exchange)");
-    CS_CUDA_CHECK(ctx,
-                  cudaEventCreateWithFlags(&x->exchanged,
-                                           cudaEventDisableTiming),
-                  "cudaEventCreateWithFlags (session exchange)");
+    CS_TRY(make_stream(ctx, greatest, &x->exchange_stream));
+    CS_TRY(make_stream(ctx, greatest, &x->band_stream[0]));
+    CS_TRY(make_stream(ctx, greatest, &x->band_stream[1]));
+    CS_TRY(make_stream(ctx, least, &x->interior_stream));
+    cudaEvent_t *events[] = {&x->exchanged, &x->bands_written,
+                             &x->pass_ready, &x->band_started[0],
+                             &x->band_started[1], &x->band_done[0],
+                             &x->band_done[1], &x->interior_done};
+    for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
+        CS_CUDA_CHECK(ctx,
+                      cudaEventCreateWithFlags(events[i],
+                                               cudaEventDisableTiming),
+                      "cudaEventCreateWithFlags (session)");
+    }
     return CS_OK;
 }
 
@@ -198,7 +225,7 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
                                    x->buf);
     }
     if (st == CS_OK) {
-        st = make_exchange_stream(x);
+        st = make_side_streams(x);
     }
     if (st == CS_OK) {
         st = check(ctx,
@@ -260,53 +287,88 @@ pass_window(const cs_cuda_session *x, int a, long done, ptrdiff_t w[2])
     w[1] = n - end > reach ? end + reach : n;
 }
 
+/* The exchange stream waits for `ready` (recorded on the stream that
+   wrote what it sends), then marks the bands written. */
+static cs_status
+exchange_after(cs_cuda_session *x, cs_cuda_ctx *ctx, cudaEvent_t ready)
+{
+    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(x->exchange_stream, ready, 0),
+                  "cudaStreamWaitEvent (session exchange)");
+    CS_CUDA_CHECK(ctx, cudaEventRecord(x->bands_written, x->exchange_stream),
+                  "cudaEventRecord (session bands written)");
+    return CS_OK;
+}
+
+/* `stream` waits for `event`, recorded on `from` just now. */
+static cs_status
+order_after(cs_cuda_ctx *ctx, cudaStream_t stream, cudaEvent_t event,
+            cudaStream_t from)
+{
+    CS_CUDA_CHECK(ctx, cudaEventRecord(event, from),
+                  "cudaEventRecord (session split pass)");
+    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(stream, event, 0),
+                  "cudaStreamWaitEvent (session split pass)");
+    return CS_OK;
+}
+
 /* The last pass of a split round: bands[0] and bands[1] planes at the
-   ends of the window `w` (the box) on the band stream, the rest on the
-   main stream beside them; the exchange stream and the main stream wait
-   for the bands.  A box without an interior between its bands runs
-   whole, and the exchange waits for it (*split = 0). */
+   ends of the window `w` (the box), each on its band stream, and the
+   rest on the interior stream; the exchange stream waits for the bands
+   alone, the main stream for all.  The interior's stream starts only
+   once each band stream has reached its band: the bands' blocks take
+   the SMs first (a band launched after the interior waited for the
+   interior's blocks to end, h200x2_trace_weak_heat3d_e764309.md).  A
+   box without an interior between its bands runs whole, and the
+   exchange waits for it (*split = 0). */
 static cs_status
 split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
            const cs_dgrid *src, const cs_dgrid *dst, int depth,
            const ptrdiff_t w[2], const ptrdiff_t bands[2], int *split)
 {
-    const cs_lane *l = x->s.lane;
     const ptrdiff_t inner[2] = {w[0] + bands[0], w[1] - bands[1]};
     *split = inner[0] < inner[1];
     if (!*split) {
         CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL,
                    NULL, w));
-        CS_CUDA_CHECK(ctx, cudaEventRecord(l->band_done, ctx->stream),
+        CS_CUDA_CHECK(ctx, cudaEventRecord(x->pass_ready, ctx->stream),
                       "cudaEventRecord (session pass done)");
-    } else {
-        CS_CUDA_CHECK(ctx, cudaEventRecord(l->src_ready, ctx->stream),
-                      "cudaEventRecord (session last pass ready)");
-        CS_CUDA_CHECK(ctx,
-                      cudaStreamWaitEvent(l->band_stream, l->src_ready, 0),
-                      "cudaStreamWaitEvent (session bands)");
-        cs_cuda_ctx side = *ctx;
-        side.stream = l->band_stream;
-        const ptrdiff_t low[2] = {w[0], inner[0]};
-        const ptrdiff_t high[2] = {inner[1], w[1]};
-        if (bands[0] > 0) {
-            CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval,
-                       NULL, NULL, low));
-        }
-        if (bands[1] > 0) {
-            CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval,
-                       NULL, NULL, high));
-        }
-        CS_CUDA_CHECK(ctx, cudaEventRecord(l->band_done, l->band_stream),
-                      "cudaEventRecord (session bands done)");
-        CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL,
-                   NULL, inner));
-        CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->stream, l->band_done, 0),
-                      "cudaStreamWaitEvent (session interior)");
+        return exchange_after(x, ctx, x->pass_ready);
     }
+    const ptrdiff_t ends[2][2] = {{w[0], inner[0]}, {inner[1], w[1]}};
+    CS_CUDA_CHECK(ctx, cudaEventRecord(x->pass_ready, ctx->stream),
+                  "cudaEventRecord (session last pass ready)");
     CS_CUDA_CHECK(ctx,
-                  cudaStreamWaitEvent(x->exchange_stream, l->band_done, 0),
+                  cudaStreamWaitEvent(x->interior_stream, x->pass_ready, 0),
+                  "cudaStreamWaitEvent (session interior)");
+    CS_CUDA_CHECK(ctx,
+                  cudaStreamWaitEvent(x->exchange_stream, x->pass_ready, 0),
                   "cudaStreamWaitEvent (session exchange)");
-    return CS_OK;
+    cs_cuda_ctx side = *ctx;
+    for (int b = 0; b < 2; b++) {
+        if (bands[b] == 0) {
+            continue;
+        }
+        side.stream = x->band_stream[b];
+        CS_CUDA_CHECK(ctx,
+                      cudaStreamWaitEvent(side.stream, x->pass_ready, 0),
+                      "cudaStreamWaitEvent (session band)");
+        CS_TRY(order_after(ctx, x->interior_stream, x->band_started[b],
+                           side.stream));
+        CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval,
+                   NULL, NULL, ends[b]));
+        CS_TRY(order_after(ctx, ctx->stream, x->band_done[b], side.stream));
+        CS_CUDA_CHECK(ctx,
+                      cudaStreamWaitEvent(x->exchange_stream,
+                                          x->band_done[b], 0),
+                      "cudaStreamWaitEvent (session exchange)");
+    }
+    CS_CUDA_CHECK(ctx, cudaEventRecord(x->bands_written, x->exchange_stream),
+                  "cudaEventRecord (session bands written)");
+    side.stream = x->interior_stream;
+    CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL,
+               NULL, inner));
+    return order_after(ctx, ctx->stream, x->interior_done,
+                       x->interior_stream);
 }
 
 /* A round of tb2d's or tb3d's passes in windows along axis a (see the
@@ -352,15 +414,12 @@ round_passes(cs_cuda_session *x, cs_cuda_ctx *ctx, const ptrdiff_t bands[2],
     }
     CS_TRY(cs_engine_step_loop(ctx, &x->s, &x->L, &x->plan, x->mode, x->cval,
                                cur));
-    if (bands != NULL) {
-        CS_CUDA_CHECK(ctx, cudaEventRecord(x->s.lane->band_done, ctx->stream),
-                      "cudaEventRecord (session round done)");
-        CS_CUDA_CHECK(ctx,
-                      cudaStreamWaitEvent(x->exchange_stream,
-                                          x->s.lane->band_done, 0),
-                      "cudaStreamWaitEvent (session exchange)");
+    if (bands == NULL) {
+        return CS_OK;
     }
-    return CS_OK;
+    CS_CUDA_CHECK(ctx, cudaEventRecord(x->pass_ready, ctx->stream),
+                  "cudaEventRecord (session round done)");
+    return exchange_after(x, ctx, x->pass_ready);
 }
 
 cs_status
@@ -410,7 +469,7 @@ cs_status
 cs_cuda_session_wait_bands(cs_cuda_session *x, char *err, size_t err_len)
 {
     cs_cuda_ctx *ctx = session_ctx(x, err, err_len);
-    return check(ctx, cudaEventSynchronize(x->s.lane->band_done),
+    return check(ctx, cudaEventSynchronize(x->bands_written),
                  "cudaEventSynchronize (session bands)");
 }
 
@@ -529,11 +588,22 @@ cs_cuda_session_free(cs_cuda_session *x)
         (void)cudaStreamWaitEvent(x->ctx.stream, x->exchanged, 0);
     }
     cs_engine_release(&x->ctx, &x->s);
-    if (x->exchanged != NULL) {
-        (void)cudaEventDestroy(x->exchanged);
+    cudaEvent_t events[] = {x->exchanged, x->bands_written, x->pass_ready,
+                            x->band_started[0], x->band_started[1],
+                            x->band_done[0], x->band_done[1],
+                            x->interior_done};
+    for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
+        if (events[i] != NULL) {
+            (void)cudaEventDestroy(events[i]);
+        }
     }
-    if (x->exchange_stream != NULL) {
-        (void)cudaStreamDestroy(x->exchange_stream);
+    /* work still queued on a stream ends before its resources go */
+    cudaStream_t streams[] = {x->exchange_stream, x->band_stream[0],
+                              x->band_stream[1], x->interior_stream};
+    for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
+        if (streams[i] != NULL) {
+            (void)cudaStreamDestroy(streams[i]);
+        }
     }
     cs_kernel_free(&x->kernel);
     free(x);
