@@ -343,6 +343,11 @@ split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
     CS_CUDA_CHECK(ctx,
                   cudaStreamWaitEvent(x->exchange_stream, x->pass_ready, 0),
                   "cudaStreamWaitEvent (session exchange)");
+    /* CONVSTENCIL_SPLIT_WAIT (measuring the order): the interior waits
+       for 0 the band streams to reach their bands, 1 the bands' end,
+       2 nothing more than the pass before */
+    long wait = 0;
+    CS_TRY(cs_env_count(ctx, "CONVSTENCIL_SPLIT_WAIT", &wait));
     cs_cuda_ctx side = *ctx;
     for (int b = 0; b < 2; b++) {
         if (bands[b] == 0) {
@@ -352,11 +357,19 @@ split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
         CS_CUDA_CHECK(ctx,
                       cudaStreamWaitEvent(side.stream, x->pass_ready, 0),
                       "cudaStreamWaitEvent (session band)");
-        CS_TRY(order_after(ctx, x->interior_stream, x->band_started[b],
-                           side.stream));
+        if (wait == 0) {
+            CS_TRY(order_after(ctx, x->interior_stream, x->band_started[b],
+                               side.stream));
+        }
         CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval,
                    NULL, NULL, ends[b]));
         CS_TRY(order_after(ctx, ctx->stream, x->band_done[b], side.stream));
+        if (wait == 1) {
+            CS_CUDA_CHECK(ctx,
+                          cudaStreamWaitEvent(x->interior_stream,
+                                              x->band_done[b], 0),
+                          "cudaStreamWaitEvent (session interior)");
+        }
         CS_CUDA_CHECK(ctx,
                       cudaStreamWaitEvent(x->exchange_stream,
                                           x->band_done[b], 0),
