@@ -7,7 +7,7 @@ Run under MPI, one rank per GPU of one host:
 
     mpiexec -n 2 python benchmarks/trace_multigpu.py \
         [--case weak:heat3d:512x512x512:300] [--k 15] \
-        [--overlap auto,off] [--out DIR]
+        [--overlap auto,off] [--transport auto] [--out DIR]
 
 Each rank makes a random block (weak: the extent is one rank's block;
 strong: the whole grid), cut along axis 0, mode wrap, and runs, after
@@ -225,6 +225,8 @@ def main():
                         help="halo_steps (default: the cost model's)")
     parser.add_argument("--overlap", default="auto,off",
                         help="distributed runs: comma-separated auto|on|off")
+    parser.add_argument("--transport", default="auto",
+                        help="the distributed runs' transport")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
 
@@ -251,7 +253,8 @@ def main():
     def run_distributed(overlap):
         def go():
             out = csd.apply(d, preset, steps=steps, mode="wrap",
-                            halo_steps=args.k, overlap=overlap)
+                            halo_steps=args.k, overlap=overlap,
+                            transport=args.transport)
             comm.Barrier()
             return out
         return go
