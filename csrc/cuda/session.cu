@@ -24,9 +24,8 @@
  * what already went stale, and the last writes the box alone.  A round
  * may also split its last pass (cs_cuda_session_run's `bands`): the
  * planes at the ends of the box that the neighbours receive go first,
- * on high-priority band streams, the interior beside them, and the
- * session's exchange stream waits for the bands alone, so that an
- * exchange queued there (or
+ * by themselves, the interior after them, and the session's exchange
+ * stream waits for the bands alone, so that an exchange queued there (or
  * started once cs_cuda_session_wait_bands returns) runs while the box's
  * interior is computed.  The ghosts it writes are cells that pass
  * neither reads nor writes; the next round waits for the exchange
@@ -57,12 +56,10 @@ struct cs_cuda_session {
     int exchange_pending;         /* the next round waits for it */
     cudaEvent_t bands_written;    /* on the exchange stream: what it sends
                                      is written */
-    /* a split last pass (split_pass): a stream for each band, of the
-       highest priority, and one for the interior, of the lowest */
-    cudaStream_t band_stream[2], interior_stream;
-    cudaEvent_t pass_ready;      /* the passes before, on the main stream */
-    cudaEvent_t band_started[2]; /* a band stream reached its band */
-    cudaEvent_t band_done[2], interior_done;
+    /* a split last pass (split_pass): a stream for each band */
+    cudaStream_t band_stream[2];
+    cudaEvent_t pass_ready; /* the passes before, on the main stream */
+    cudaEvent_t band_done[2];
 };
 
 /* Point the session's context at this call's message buffer. */
@@ -146,9 +143,8 @@ make_stream(cs_cuda_ctx *ctx, int priority, cudaStream_t *stream)
 }
 
 /* The exchange stream and the band streams, of the highest priority
-   (the exchange's copies and the bands it waits for go before the
-   interior's blocks), the interior's stream, of the lowest, and the
-   events that order them. */
+   (the exchange's kernels take SMs before the interior's blocks), and
+   the events that order them. */
 static cs_status
 make_side_streams(cs_cuda_session *x)
 {
@@ -159,11 +155,9 @@ make_side_streams(cs_cuda_session *x)
     CS_TRY(make_stream(ctx, greatest, &x->exchange_stream));
     CS_TRY(make_stream(ctx, greatest, &x->band_stream[0]));
     CS_TRY(make_stream(ctx, greatest, &x->band_stream[1]));
-    CS_TRY(make_stream(ctx, least, &x->interior_stream));
     cudaEvent_t *events[] = {&x->exchanged, &x->bands_written,
-                             &x->pass_ready, &x->band_started[0],
-                             &x->band_started[1], &x->band_done[0],
-                             &x->band_done[1], &x->interior_done};
+                             &x->pass_ready, &x->band_done[0],
+                             &x->band_done[1]};
     for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
         CS_CUDA_CHECK(ctx,
                       cudaEventCreateWithFlags(events[i],
@@ -299,27 +293,18 @@ exchange_after(cs_cuda_session *x, cs_cuda_ctx *ctx, cudaEvent_t ready)
     return CS_OK;
 }
 
-/* `stream` waits for `event`, recorded on `from` just now. */
-static cs_status
-order_after(cs_cuda_ctx *ctx, cudaStream_t stream, cudaEvent_t event,
-            cudaStream_t from)
-{
-    CS_CUDA_CHECK(ctx, cudaEventRecord(event, from),
-                  "cudaEventRecord (session split pass)");
-    CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(stream, event, 0),
-                  "cudaStreamWaitEvent (session split pass)");
-    return CS_OK;
-}
-
 /* The last pass of a split round: bands[0] and bands[1] planes at the
-   ends of the window `w` (the box), each on its band stream, and the
-   rest on the interior stream; the exchange stream waits for the bands
-   alone, the main stream for all.  The interior's stream starts only
-   once each band stream has reached its band: the bands' blocks take
-   the SMs first (a band launched after the interior waited for the
-   interior's blocks to end, h200x2_trace_weak_heat3d_e764309.md).  A
-   box without an interior between its bands runs whole, and the
-   exchange waits for it (*split = 0). */
+   ends of the window `w` (the box), each on a band stream of its own,
+   then the rest on the main stream; the exchange stream waits for the
+   bands alone.  The bands go first, by themselves: their blocks then
+   have the SMs, and the exchange starts as soon as they end, while the
+   interior runs.  (Launched beside the interior, even on streams of a
+   higher priority, the bands waited about 108 us for the interior's
+   blocks to free SMs and took as long in the end; with NCCL's kernels
+   beside it the interior ran 13% slower: trace_multigpu.py's
+   h200x2_trace_weak_heat3d_{e764309,split_wait_*_9e36fca}.md.)  A box without an interior
+   between its bands runs whole, and the exchange waits for it (*split =
+   0). */
 static cs_status
 split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
            const cs_dgrid *src, const cs_dgrid *dst, int depth,
@@ -338,16 +323,8 @@ split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
     CS_CUDA_CHECK(ctx, cudaEventRecord(x->pass_ready, ctx->stream),
                   "cudaEventRecord (session last pass ready)");
     CS_CUDA_CHECK(ctx,
-                  cudaStreamWaitEvent(x->interior_stream, x->pass_ready, 0),
-                  "cudaStreamWaitEvent (session interior)");
-    CS_CUDA_CHECK(ctx,
                   cudaStreamWaitEvent(x->exchange_stream, x->pass_ready, 0),
                   "cudaStreamWaitEvent (session exchange)");
-    /* CONVSTENCIL_SPLIT_WAIT (measuring the order): the interior waits
-       for 0 the band streams to reach their bands, 1 the bands' end,
-       2 nothing more than the pass before */
-    long wait = 0;
-    CS_TRY(cs_env_count(ctx, "CONVSTENCIL_SPLIT_WAIT", &wait));
     cs_cuda_ctx side = *ctx;
     for (int b = 0; b < 2; b++) {
         if (bands[b] == 0) {
@@ -357,19 +334,13 @@ split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
         CS_CUDA_CHECK(ctx,
                       cudaStreamWaitEvent(side.stream, x->pass_ready, 0),
                       "cudaStreamWaitEvent (session band)");
-        if (wait == 0) {
-            CS_TRY(order_after(ctx, x->interior_stream, x->band_started[b],
-                               side.stream));
-        }
         CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval,
                    NULL, NULL, ends[b]));
-        CS_TRY(order_after(ctx, ctx->stream, x->band_done[b], side.stream));
-        if (wait == 1) {
-            CS_CUDA_CHECK(ctx,
-                          cudaStreamWaitEvent(x->interior_stream,
-                                              x->band_done[b], 0),
-                          "cudaStreamWaitEvent (session interior)");
-        }
+        CS_CUDA_CHECK(ctx, cudaEventRecord(x->band_done[b], side.stream),
+                      "cudaEventRecord (session band done)");
+        CS_CUDA_CHECK(ctx,
+                      cudaStreamWaitEvent(ctx->stream, x->band_done[b], 0),
+                      "cudaStreamWaitEvent (session interior)");
         CS_CUDA_CHECK(ctx,
                       cudaStreamWaitEvent(x->exchange_stream,
                                           x->band_done[b], 0),
@@ -377,11 +348,8 @@ split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
     }
     CS_CUDA_CHECK(ctx, cudaEventRecord(x->bands_written, x->exchange_stream),
                   "cudaEventRecord (session bands written)");
-    side.stream = x->interior_stream;
-    CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL,
-               NULL, inner));
-    return order_after(ctx, ctx->stream, x->interior_done,
-                       x->interior_stream);
+    return run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL, NULL,
+               inner);
 }
 
 /* A round of tb2d's or tb3d's passes in windows along axis a (see the
@@ -602,9 +570,7 @@ cs_cuda_session_free(cs_cuda_session *x)
     }
     cs_engine_release(&x->ctx, &x->s);
     cudaEvent_t events[] = {x->exchanged, x->bands_written, x->pass_ready,
-                            x->band_started[0], x->band_started[1],
-                            x->band_done[0], x->band_done[1],
-                            x->interior_done};
+                            x->band_done[0], x->band_done[1]};
     for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
         if (events[i] != NULL) {
             (void)cudaEventDestroy(events[i]);
@@ -612,7 +578,7 @@ cs_cuda_session_free(cs_cuda_session *x)
     }
     /* work still queued on a stream ends before its resources go */
     cudaStream_t streams[] = {x->exchange_stream, x->band_stream[0],
-                              x->band_stream[1], x->interior_stream};
+                              x->band_stream[1]};
     for (size_t i = 0; i < sizeof(streams) / sizeof(streams[0]); i++) {
         if (streams[i] != NULL) {
             (void)cudaStreamDestroy(streams[i]);
