@@ -666,6 +666,30 @@ def test_tb3d_bits_do_not_depend_on_its_segments(shape, mode, monkeypatch,
         np.testing.assert_array_equal(out, runs[0])
 
 
+@pytest.mark.parametrize("preset", ["heat2d", "box2d9p"])
+@pytest.mark.parametrize("mode", ["wrap", "constant", "reflect"])
+@pytest.mark.parametrize("shape", [(57, 29), (90, 301), (33, 1000)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_tb2d_bits_do_not_depend_on_its_segments(preset, shape, mode,
+                                                 monkeypatch, rng):
+    """tb2d's last strip along x is moved back to end at the edge, as
+    tb3d's last tile is (test above), and computes columns the strip
+    before it stores too: the result must not depend on which block
+    writes them last, whatever the segments of rows."""
+    u = rng.uniform(-1.0, 1.0, shape)
+    w = cs.Stencil(preset).weights
+    for steps in (3, 5):
+        assert planned(w, steps, shape, mode,
+                       _core.PATH_CUDA_CORE)["pass"] == "tb2d"
+        runs = []
+        for segments in ("", "1", "2", "3", "7", ""):
+            monkeypatch.setenv("CONVSTENCIL_TB2D_SEGMENTS", segments)
+            runs.append(cs.apply(u, preset, steps=steps, mode=mode,
+                                 cval=0.25, backend="cuda-core"))
+        for out in runs[1:]:
+            np.testing.assert_array_equal(out, runs[0])
+
+
 def test_tb3d_leaves_other_kernels_and_small_grids_to_cc3d(rng):
     """A full-rank 3 x 3 x 3 kernel, and a star on a grid under 8 planes,
     run as before (and still match)."""
