@@ -387,6 +387,40 @@ def test_transport_names():
         _transport.check_name(None, True)
 
 
+@pytest.mark.parametrize("split, order", [(True, ["cuda-ipc", "nccl"]),
+                                          (False, ["nccl", "cuda-ipc"])])
+def test_auto_transport_takes_copy_engines_first_where_rounds_split(
+        monkeypatch, split, order):
+    """"auto" tries CUDA IPC before NCCL where the rounds exchange beside
+    their interior (NCCL's kernels would take SMs from it), NCCL first
+    elsewhere; each next where the one before is not usable on every
+    rank; a transport named is the only one tried."""
+    from mpi4py import MPI
+    from convstencil.distributed import _transport
+    tried = []
+
+    def opener(kind):
+        def open_(comm, plan, device, asked):
+            tried.append((kind, asked))
+            return kind if kind in usable else None
+        return open_
+
+    monkeypatch.setattr(_transport, "_open_nccl", opener("nccl"))
+    monkeypatch.setattr(_transport, "_open_ipc", opener("cuda-ipc"))
+    plan = types.SimpleNamespace(axes=(True, False))
+    for usable, expected in (({"nccl", "cuda-ipc"}, order[:1]),
+                             ({order[1]}, order)):
+        tried.clear()
+        assert _transport.open_transport("auto", MPI.COMM_SELF, plan, True,
+                                         0, split) == expected[-1]
+        assert tried == [(kind, False) for kind in expected]
+    tried.clear()
+    usable = {"nccl", "cuda-ipc"}
+    assert _transport.open_transport(order[1], MPI.COMM_SELF, plan, True,
+                                     0, split) == order[1]
+    assert tried == [(order[1], True)]
+
+
 def test_nccl_queues_slabs_that_move_as_they_lie(monkeypatch):
     """queue(): where every slab is one run of memory (a block cut along
     axis 0), each axis's group goes on the given stream and nothing

@@ -109,9 +109,10 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     thinner than r raises ValueError on every rank).  `backend`: "auto"
     runs where the blocks are (GPU or host), or "cpu", "cpu-tc", "cuda",
     ....  `transport` (device blocks): "auto" (the first of these that
-    works on every rank), "nccl", "cuda-ipc" (the copy engines write each
-    slab into the neighbour's block: ranks of one host), "cuda-mpi" or
-    "staging"; host blocks always use "mpi".  An axis that is not split
+    works on every rank; "cuda-ipc" before "nccl" where the rounds split,
+    below), "nccl", "cuda-ipc" (the copy engines write each slab into the
+    neighbour's block: ranks of one host), "cuda-mpi" or "staging"; host
+    blocks always use "mpi".  An axis that is not split
     needs no exchange (the engine's own mode is exact along a whole
     axis, wrap included); `self_exchange=True` makes a periodic one
     exchange with the rank itself through the transport all the same
@@ -148,8 +149,10 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     # an engine session loads the block itself (_session_rounds)
     pads = agree(comm, _padded, d, plan, not session)
     load = time.perf_counter() - t0
+    split = (session and overlap is not False
+             and split_bands(plan) is not None)
     link = _transport.open_transport(transport, comm, plan, d.on_device,
-                                     d.device)
+                                     d.device, split)
     setup = time.perf_counter() - started
     try:
         record = _run(d, pads, plan, k, link, w, steps, mode, cval, name,

@@ -499,35 +499,59 @@ def _try(fn):
         return None
 
 
-def open_transport(name, comm, plan, on_device, device=None):
+def open_transport(name, comm, plan, on_device, device=None, split=False):
     """The transport `name` ("auto": the best that works on every rank)
-    for a run on `device` (the current GPU); collective."""
+    for a run on `device` (the current GPU); collective.  `split`: the
+    rounds will exchange beside their interior (_run.split_bands), where
+    "auto" takes CUDA IPC before NCCL: its copy engines leave the SMs to
+    the interior, which ran 13% slower beside NCCL's kernels
+    (h200x2_trace_weak_heat3d_*.md; h200x2_multigpu_split_*_640d598.md:
+    weak heat3d on 2 GPUs 93.6% against 91.7%)."""
     if not on_device:
         return HostMPI(comm, plan)
     if name == "auto" and not any(plan.axes):
         # nothing to exchange (every axis whole on its rank): no NCCL
         # communicator to set up for it
         return agree(comm, Staging, comm, plan)
-    if name in ("auto", "nccl"):
-        nccl = _nccl_comm(comm, device)
-        if nccl is not None:
-            return agree(comm, NCCL, comm, plan, nccl)
-        if name == "nccl":
-            agree(comm, _refuse, "NCCL is not usable on every rank "
-                  "(library missing, or it refused, e.g. ranks sharing a "
-                  "GPU); use transport='staging'")
-    if name in ("auto", "cuda-ipc"):
-        if _ipc_usable(comm, device):
-            return agree(comm, CudaIPC, comm, plan)
-        if name == "cuda-ipc":
-            agree(comm, _refuse, "CUDA IPC is not usable between every "
-                  "pair of ranks (ranks on several hosts, devices that are "
-                  "not peers, or a runtime that refuses); use "
-                  "transport='nccl' or 'staging'")
+    if name == "auto":
+        order = ("cuda-ipc", "nccl") if split else ("nccl", "cuda-ipc")
+    else:
+        order = (name,) if name in ("nccl", "cuda-ipc") else ()
+    for candidate in order:
+        link = (_open_nccl if candidate == "nccl" else _open_ipc)(
+            comm, plan, device, name == candidate)
+        if link is not None:
+            return link
     if name == "cuda-mpi" or (name == "auto" and comm.allreduce(
             int(cuda_aware_mpi()), op=MPI.MIN)):
         return agree(comm, CudaMPI, comm, plan)
     return agree(comm, Staging, comm, plan)
+
+
+def _open_nccl(comm, plan, device, asked):
+    """NCCL where every rank can use it, else None (or, `asked` for it by
+    name, a RuntimeError on every rank)."""
+    nccl = _nccl_comm(comm, device)
+    if nccl is not None:
+        return agree(comm, NCCL, comm, plan, nccl)
+    if asked:
+        agree(comm, _refuse, "NCCL is not usable on every rank "
+              "(library missing, or it refused, e.g. ranks sharing a "
+              "GPU); use transport='staging'")
+    return None
+
+
+def _open_ipc(comm, plan, device, asked):
+    """CUDA IPC where every pair of ranks can use it, else None (or,
+    `asked` for it by name, a RuntimeError on every rank)."""
+    if _ipc_usable(comm, device):
+        return agree(comm, CudaIPC, comm, plan)
+    if asked:
+        agree(comm, _refuse, "CUDA IPC is not usable between every "
+              "pair of ranks (ranks on several hosts, devices that are "
+              "not peers, or a runtime that refuses); use "
+              "transport='nccl' or 'staging'")
+    return None
 
 
 def _refuse(message):
