@@ -174,16 +174,11 @@ class _DeviceTransport:
         every slab moves as it lies (in place, or as whole planes of an
         engine session's grid); else None."""
         strides = _device_blocks.strides_of(padded)
-        span = getattr(padded, "span", None)
         axes = []
-        for axis, sides in enumerate(self.plan.axes):
-            messages = []
-            for i, s in enumerate(sides):
-                packed = not _device_blocks.is_contiguous(s.send[1], strides)
-                if packed and (span is None or span(*s.send) is None):
-                    return None
-                messages.append(self._message(padded, axis, i, s,
-                                              packed)[0])
+        for sides in self.plan.axes:
+            messages = [self._unpacked(padded, s, strides) for s in sides]
+            if any(m is None for m in messages):
+                return None
             if messages:
                 axes.append(messages)
         return axes
@@ -197,19 +192,11 @@ class _DeviceTransport:
 
     def _message(self, padded, axis, index, side, packed):
         """(the side's Message, whether its receive buffer must be
-        unpacked): the slab in place where it is one run of memory, or
-        whole planes of an engine session's grid (its span), else packed
-        into a send buffer."""
-        count = int(np.prod(side.send[1], dtype=np.int64))
-        if not packed:
-            return Message(side, _device_blocks.region(padded, *side.send).ptr,
-                           _device_blocks.region(padded, *side.recv).ptr,
-                           count), False
-        span = getattr(padded, "span", None)
-        send = span(*side.send) if span is not None else None
-        if send is not None:
-            recv, _ = span(*side.recv)
-            return Message(side, send[0], recv, send[1]), False
+        unpacked): the slab as it lies (_unpacked), else packed into a
+        send buffer."""
+        message = self._unpacked(padded, side, None, packed)
+        if message is not None:
+            return message, False
         buffers = self.buffers.get((axis, index))
         if buffers is None:
             buffers = (_pads.SLABS.take(side.send[1], self.device),
@@ -217,7 +204,28 @@ class _DeviceTransport:
             self.buffers[axis, index] = buffers
         send, recv = buffers
         _device_blocks.pack(padded, *side.send, send)
+        count = int(np.prod(side.send[1], dtype=np.int64))
         return Message(side, send.ptr, recv.ptr, count), True
+
+    @staticmethod
+    def _unpacked(padded, side, strides, packed=None):
+        """The side's Message where its slab moves as it lies: in place
+        where it is one run of memory (`packed` False; None: found from
+        the block's `strides`), or as whole planes of an engine session's
+        grid (its span); else None."""
+        if packed is None:
+            packed = not _device_blocks.is_contiguous(side.send[1], strides)
+        if not packed:
+            count = int(np.prod(side.send[1], dtype=np.int64))
+            return Message(side, _device_blocks.region(padded, *side.send).ptr,
+                           _device_blocks.region(padded, *side.recv).ptr,
+                           count)
+        span = getattr(padded, "span", None)
+        send = span(*side.send) if span is not None else None
+        if send is None:
+            return None
+        recv, _ = span(*side.recv)
+        return Message(side, send[0], recv, send[1])
 
     def close(self):
         """Pool the slab buffers (work on them may still be queued where
