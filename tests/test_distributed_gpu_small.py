@@ -156,13 +156,17 @@ def test_self_exchange_through_staging(comm, shared_rng):
 
 # few and small: the emulation runs tb3d's blocks of 512 threads slowly
 # (k = 4 took 100 s on 4 ranks, near the watchdog's 120); box2d9p's k = 9
-# covers passes before the last, test_distributed_gpu.py larger 3D ones
-@pytest.mark.parametrize("name,shape,k,mode", [
-    ("heat2d", (67, 16), 2, "wrap"), ("box2d9p", (70, 17), 9, "constant"),
-    ("heat3d", (26, 8, 8), 2, "reflect")])
+# and heat3d's k = 3 at depth 1 (CONVSTENCIL_CUDA_MAX_DEPTH: three passes a
+# round) cover passes before the last, test_distributed_gpu.py larger
+# 3D ones
+@pytest.mark.parametrize("name,shape,k,mode,max_depth", [
+    ("heat2d", (67, 16), 2, "wrap", None),
+    ("box2d9p", (70, 17), 9, "constant", None),
+    ("heat3d", (26, 8, 8), 2, "reflect", None),
+    ("heat3d", (26, 8, 8), 3, "constant", 1)])
 def test_split_rounds_give_the_bits_of_whole_rounds(comm, shared_rng,
                                                    monkeypatch, name, shape,
-                                                   k, mode):
+                                                   k, mode, max_depth):
     """Grids cut along axis 0 whose sessions run tb2d or tb3d (at least
     16 rows and columns, 8 cells along every 3D axis): each pass writes
     only the planes the round still reads, and with overlap the last
@@ -170,6 +174,8 @@ def test_split_rounds_give_the_bits_of_whole_rounds(comm, shared_rng,
     running beside the rest.  The bits of the rounds without the split
     and of one engine call per round, on uneven blocks; a block split
     where it holds more than the planes it sends."""
+    if max_depth is not None:
+        monkeypatch.setenv("CONVSTENCIL_CUDA_MAX_DEPTH", str(max_depth))
     size = comm.Get_size()
     dims = (size,) + (1,) * (len(shape) - 1)
     u = shared_rng.uniform(-1, 1, shape)
