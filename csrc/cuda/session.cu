@@ -302,9 +302,9 @@ exchange_after(cs_cuda_session *x, cs_cuda_ctx *ctx, cudaEvent_t ready)
    higher priority, the bands waited about 108 us for the interior's
    blocks to free SMs and took as long in the end; with NCCL's kernels
    beside it the interior ran 13% slower: trace_multigpu.py's
-   h200x2_trace_weak_heat3d_{e764309,split_wait_*_9e36fca}.md.)  A box without an interior
-   between its bands runs whole, and the exchange waits for it (*split =
-   0). */
+   h200x2_trace_weak_heat3d_{e764309,split_wait_*_9e36fca}.md.)  A box
+   without an interior between its bands runs whole, and the exchange
+   waits for it (*split = 0). */
 static cs_status
 split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
            const cs_dgrid *src, const cs_dgrid *dst, int depth,
