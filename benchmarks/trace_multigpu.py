@@ -23,8 +23,9 @@ it prints (and writes to DIR/trace_<case>.md with DIR/trace_<case>_
 - kernels by name: launches, summed and median durations (kernels on
   several streams overlap, so the sums may exceed the span);
 - for distributed runs, the rounds (from one exchange's first NCCL
-  kernel to the next): their median length, and the median wait between
-  an engine kernel's end and the next round's first engine kernel.
+  kernel or peer copy to the next): their median length, and the median
+  wait between an engine kernel's end and the next round's first engine
+  kernel.
 """
 import argparse
 import gzip
@@ -115,19 +116,27 @@ def intersect(a, b):
     return union(a) + union(b) - union(a + b)
 
 
+def is_exchange(op):
+    """An NCCL kernel, or a copy between two GPUs (CUDA IPC's)."""
+    return kind_of(op) == "nccl" or (kind_of(op) == "copy"
+                                     and ("PtoP" in op[3] or "Peer" in op[3]))
+
+
 def rounds(ops):
     """(round lengths, waits) of a distributed run's operations: a round
-    starts at an NCCL kernel that follows an engine kernel in start order;
-    a wait is the time from the last engine kernel's end before a round
-    starts to the first engine kernel's start after."""
+    starts at an exchange's first operation (is_exchange) after an engine
+    kernel, in start order; a wait is the time from the last engine
+    kernel's end before a round starts to the first engine kernel's start
+    after (none where the exchange runs beside the engine)."""
     marks = []
     last = None
     for op in ops:
-        k = kind_of(op)
-        if k == "nccl" and last == "engine":
-            marks.append(op[0])
-        if k != "copy":
-            last = k
+        if is_exchange(op):
+            if last == "engine":
+                marks.append(op[0])
+            last = "exchange"
+        elif kind_of(op) == "engine":
+            last = "engine"
     lengths = [b - a for a, b in zip(marks, marks[1:])]
     engine = [op for op in ops if kind_of(op) == "engine"]
     waits = []
