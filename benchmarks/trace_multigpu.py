@@ -123,7 +123,7 @@ def is_exchange(op):
 
 
 def rounds(ops):
-    """(round lengths, waits) of a distributed run's operations: a round
+    """(round count, round lengths, waits) of a distributed run's operations: a round
     starts at an exchange's first operation (is_exchange) after an engine
     kernel, in start order; a wait is the time from the last engine
     kernel's end before a round starts to the first engine kernel's start
@@ -145,7 +145,7 @@ def rounds(ops):
         after = [op[0] for op in engine if op[0] >= m]
         if before and after:
             waits.append(max(0.0, min(after) - max(before)))
-    return lengths, waits
+    return len(marks), lengths, waits
 
 
 def summary(ops):
@@ -167,11 +167,11 @@ def summary(ops):
     kernels = sorted(((n, s, len(d), sum(d), statistics.median(d))
                       for (n, s), d in names.items()),
                      key=lambda r: -r[3])
-    lengths, waits = rounds(ops)
+    count, lengths, waits = rounds(ops)
     return {"span": span, "engine": engine, "nccl_alone": nccl - beside,
             "nccl_beside": beside, "copies": union(by_kind["copy"]),
             "idle": span - busy, "kernels": kernels,
-            "rounds": len(lengths) + 1 if lengths else 0,
+            "rounds": count,
             "round_median": statistics.median(lengths) if lengths else None,
             "wait_median": statistics.median(waits) if waits else None,
             "wait_sum": sum(waits)}

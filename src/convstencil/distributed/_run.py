@@ -149,14 +149,14 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     # an engine session loads the block itself (_session_rounds)
     pads = agree(comm, _padded, d, plan, not session)
     load = time.perf_counter() - t0
-    split = (session and overlap is not False
-             and split_bands(plan) is not None)
+    device_overlap = overlap is not False
+    split = session and device_overlap and split_bands(plan) is not None
     link = _transport.open_transport(transport, comm, plan, d.on_device,
                                      d.device, split)
     setup = time.perf_counter() - started
     try:
         record = _run(d, pads, plan, k, link, w, steps, mode, cval, name,
-                      session, overlap is not False)
+                      session, device_overlap)
     finally:
         link.close()
     record.update(device=d.device, setup_seconds=setup, load_seconds=load,

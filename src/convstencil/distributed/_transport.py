@@ -176,7 +176,9 @@ class _DeviceTransport:
         strides = _device_blocks.strides_of(padded)
         axes = []
         for sides in self.plan.axes:
-            messages = [self._unpacked(padded, s, strides) for s in sides]
+            messages = [self._unpacked(padded, s, not _device_blocks
+                                       .is_contiguous(s.send[1], strides))
+                        for s in sides]
             if any(m is None for m in messages):
                 return None
             if messages:
@@ -194,7 +196,7 @@ class _DeviceTransport:
         """(the side's Message, whether its receive buffer must be
         unpacked): the slab as it lies (_unpacked), else packed into a
         send buffer."""
-        message = self._unpacked(padded, side, None, packed)
+        message = self._unpacked(padded, side, packed)
         if message is not None:
             return message, False
         buffers = self.buffers.get((axis, index))
@@ -208,13 +210,10 @@ class _DeviceTransport:
         return Message(side, send.ptr, recv.ptr, count), True
 
     @staticmethod
-    def _unpacked(padded, side, strides, packed=None):
+    def _unpacked(padded, side, packed):
         """The side's Message where its slab moves as it lies: in place
-        where it is one run of memory (`packed` False; None: found from
-        the block's `strides`), or as whole planes of an engine session's
-        grid (its span); else None."""
-        if packed is None:
-            packed = not _device_blocks.is_contiguous(side.send[1], strides)
+        where it is one run of memory (not `packed`), or as whole planes
+        of an engine session's grid (its span); else None."""
         if not packed:
             count = int(np.prod(side.send[1], dtype=np.int64))
             return Message(side, _device_blocks.region(padded, *side.send).ptr,
