@@ -738,7 +738,7 @@ session_open(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(session_run_doc,
-"session_run(session[, bands]) -> split\n"
+"session_run(session[, bands[, out]]) -> split\n"
 "\n"
 "One round: the session's plan on its grid.  Without `bands`, returns\n"
 "when done (split False).  With bands = (low, high), the planes at the\n"
@@ -746,14 +746,47 @@ PyDoc_STRVAR(session_run_doc,
 "queued, the last pass writing those first where it can (split True;\n"
 "else the exchange waits for the whole round); exchange on\n"
 "session_exchange_stream or after session_wait_bands, then call\n"
-"session_exchanged.");
+"session_exchanged.  With out = (out_ptr, out_strides) (bands None):\n"
+"the last round, whose result goes into that float64 device array of\n"
+"the grid's shape (its last pass writes the box's planes there where\n"
+"the passes take windows, else the grid is stored whole); then\n"
+"session_close with the same array.");
+
+#ifdef CS_HAVE_CUDA
+/* session_run's `out`: (ptr, strides) as a float64 array; -1 with an
+   exception otherwise. */
+static int
+parse_out(PyObject *obj, cs_darray *out)
+{
+    unsigned long long ptr = 0;
+    PyObject *strides_obj;
+    ptrdiff_t strides[3];
+    if (!PyTuple_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "out must be (out_ptr, out_strides)");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(obj, "KO;out must be (out_ptr, out_strides)",
+                          &ptr, &strides_obj)
+        || parse_triple(strides_obj, "out_strides", strides) < 0) {
+        return -1;
+    }
+    out->data = (void *)(uintptr_t)ptr;
+    out->dtype = CS_DTYPE_FLOAT64;
+    for (int a = 0; a < 3; a++) {
+        out->strides[a] = strides[a];
+    }
+    return 0;
+}
+#endif
 
 static PyObject *
 session_run(PyObject *self, PyObject *args)
 {
 #ifdef CS_HAVE_CUDA
-    PyObject *capsule, *bands_obj = Py_None;
-    if (!PyArg_ParseTuple(args, "O|O:session_run", &capsule, &bands_obj)) {
+    PyObject *capsule, *bands_obj = Py_None, *out_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "O|OO:session_run", &capsule, &bands_obj,
+                          &out_obj)) {
         return NULL;
     }
     session_box *box = open_session(capsule);
@@ -762,8 +795,16 @@ session_run(PyObject *self, PyObject *args)
     }
     Py_ssize_t bands[2] = {0, 0};
     if (bands_obj != Py_None
-        && !PyArg_ParseTuple(bands_obj, "nn;bands must be (low, high)",
-                             &bands[0], &bands[1])) {
+        && (!PyTuple_Check(bands_obj)
+            || !PyArg_ParseTuple(bands_obj, "nn;bands must be (low, high)",
+                                 &bands[0], &bands[1]))) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "bands must be (low, high)");
+        }
+        return NULL;
+    }
+    cs_darray out;
+    if (out_obj != Py_None && parse_out(out_obj, &out) < 0) {
         return NULL;
     }
     const ptrdiff_t planes[2] = {bands[0], bands[1]};
@@ -772,7 +813,8 @@ session_run(PyObject *self, PyObject *args)
     cs_status status;
     Py_BEGIN_ALLOW_THREADS
     status = cs_cuda_session_run(box->x, bands_obj == Py_None ? NULL : planes,
-                                 &split, detail, sizeof(detail));
+                                 out_obj == Py_None ? NULL : &out, &split,
+                                 detail, sizeof(detail));
     Py_END_ALLOW_THREADS
     if (status != CS_OK) {
         cs_py_raise_status(status, "cuda", detail);
@@ -960,7 +1002,8 @@ session_copy(PyObject *self, PyObject *args)
 PyDoc_STRVAR(session_close_doc,
 "session_close(session, out_ptr, out_strides) -> nonfinite\n"
 "\n"
-"Store the grid into the float64 device array at out_ptr and end the\n"
+"Store the grid into the float64 device array at out_ptr (unless the\n"
+"last round wrote its result there: session_run's out) and end the\n"
 "session.  True when the input or the result held NaN or infinity:\n"
 "the result is then not exact on tensor cores; run again without a\n"
 "session.");

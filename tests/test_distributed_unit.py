@@ -494,8 +494,8 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
         def session_copy(self, handle, starts, sizes, ptr, put):
             log.append(("put" if put else "get", starts, sizes, ptr))
 
-        def session_run(self, handle):
-            log.append("run")
+        def session_run(self, handle, bands=None, out=None):
+            log.append(("run", out))
 
         def session_close(self, handle, ptr, strides):
             log.append(("close", ptr, strides))
@@ -530,9 +530,13 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     assert split is False
     assert log[0] == ("open", 100, (0, 240, 8), (1, 12, 30), 3, (0, 1, 0),
                       (1, 10, 30))
-    round_ = [("get", (0, 2, 0), (1, 2, 30), 7),
-              ("put", (0, 0, 0), (1, 2, 30), 8), "run"]
-    assert log[1:] == round_ + round_ + [("close", 200, (0, 240, 8))]
+    exchange = [("get", (0, 2, 0), (1, 2, 30), 7),
+                ("put", (0, 0, 0), (1, 2, 30), 8)]
+    # the last round writes its result into pads[1] itself; close is
+    # given the same array
+    assert log[1:] == (exchange + [("run", None)] + exchange
+                       + [("run", (200, (0, 240, 8)))]
+                       + [("close", 200, (0, 240, 8))])
     assert times["vote"] > 0  # every round's check
     nonfinite[0] = True
     log.clear()
@@ -566,8 +570,9 @@ def test_split_rounds_exchange_beside_the_last_pass(monkeypatch, queues):
         def session_halo(self, handle):
             return 0, 0, 0
 
-        def session_run(self, handle, bands=None):
-            log.append(("run", bands))
+        def session_run(self, handle, bands=None, out=None):
+            assert out is None or out == (200, (0, 240, 8))
+            log.append(("run", bands) if out is None else ("last", bands))
             return bands is not None
 
         def session_exchange_stream(self, handle):
@@ -609,7 +614,7 @@ def test_split_rounds_exchange_beside_the_last_pass(monkeypatch, queues):
     assert split is True
     beside = ["queue"] if queues else ["wait", "exchange"]
     queued = [("run", (2, 2))] + beside + ["exchanged"]
-    assert log == (["exchange"] + queued + queued + [("run", None),
+    assert log == (["exchange"] + queued + queued + [("last", None),
                                                      "close"])
     # overlap=False: each round exchanges before it runs, none split
     log.clear()
@@ -617,7 +622,8 @@ def test_split_rounds_exchange_beside_the_last_pass(monkeypatch, queues):
                                        "wrap", 0.0, "cuda", times,
                                        overlap=False)
     assert split is False
-    assert log == ["exchange", ("run", None)] * 2 + ["close"]
+    assert log == ["exchange", ("run", None), "exchange", ("last", None),
+                   "close"]
     # an axis besides axis 0 exchanges: its slabs hold every plane
     plan.axes = [[side], [side]]
     assert _run.split_bands(plan) is None

@@ -76,8 +76,14 @@ class Session:
         _core.session_copy(self.handle, lead3(starts, 0),
                            lead3(values.shape, 1), buf.ptr, True)
 
-    def run(self):
-        _core.session_run(self.handle)
+    def run(self, out=None):
+        """A round; with `out` (a DeviceArray of the grid's shape) the
+        last one, its result written there."""
+        if out is None:
+            _core.session_run(self.handle)
+        else:
+            _core.session_run(self.handle, None,
+                              (out.ptr, lead3(c_strides(out.shape), 0)))
 
     def close(self, out):
         return _core.session_close(self.handle, out.ptr,
@@ -161,6 +167,88 @@ def test_session_equals_one_apply_per_round(rng):
     np.testing.assert_array_equal(out.get(), calls.get())
 
 
+@pytest.mark.parametrize("name,shape,mode,path", [
+    ("heat2d", (14, 17), "wrap", "cuda-core"),
+    ("box2d49p", (16, 15), "reflect", "auto"),
+    ("star2d13p", (13, 18), "constant", "tensor-core"),
+    ("heat3d", (9, 7, 8), "nearest", "cuda-core"),
+    ("box3d27p", (7, 6, 5), "mirror", "auto")])
+def test_last_round_writes_the_result(name, shape, mode, path, rng):
+    """The last round given the result's array (session_run's out, which
+    the distributed layer's last round passes) leaves there the bits that
+    the round and a store at close would: its last pass writes them where
+    the passes take windows (tb2d, tb3d), else the grid is stored.  No
+    round may follow, and close takes that array alone."""
+    w = cs.Stencil(name).weights
+    host = rng.uniform(-1, 1, shape)
+    stored = Session(device_array(host), w, 3, mode, 0.25, path)
+    written = Session(device_array(host), w, 3, mode, 0.25, path)
+    for s in (stored, written):
+        s.run()
+    stored.run()
+    want = cs.DeviceArray(shape)
+    assert stored.close(want) is False
+    out = device_array(np.full(shape, 7.0))
+    written.run(out)
+    with pytest.raises(ValueError, match="last round has run"):
+        written.run()
+    assert written.close(out) is False
+    np.testing.assert_array_equal(out.get(), want.get())
+    assert_close(out.get(), reference.apply(host, w, 6, mode, 0.25),
+                 dict(name=name, mode=mode, path=path))
+    # close given another array than the last round's
+    other = Session(device_array(host), w, 3, mode, 0.25, path)
+    kept = device_array(host)  # alive: no new array takes its address
+    other.run(kept)
+    with pytest.raises(ValueError, match="another array"):
+        other.close(cs.DeviceArray(shape))
+
+
+def test_last_round_notes_a_result_that_is_not_finite(rng):
+    """Written by the last pass, a result that became infinite is still
+    reported (the store's check, made by the pass)."""
+    for path in ("cuda-core", "auto"):
+        s = Session(device_array(np.full((10, 11), 1e300)),
+                    np.full((3, 3), 1e10), 1, "wrap", path=path)
+        out = cs.DeviceArray((10, 11))
+        s.run(out)
+        assert s.close(out) is True
+
+
+@pytest.mark.parametrize("bands", ["lead", "apart"])
+@pytest.mark.parametrize("name,shape,mode", [
+    ("heat2d", (21, 17), "wrap"), ("star2d13p", (23, 18), "reflect"),
+    ("heat3d", (13, 9, 8), "wrap"), ("box3d27p", (12, 8, 9), "constant")])
+def test_split_rounds_equal_whole_ones(name, shape, mode, bands, rng,
+                                       monkeypatch):
+    """Rounds whose last pass is split (session_run's bands: the planes
+    the neighbours receive first, in the pass's own launch (lead) or in
+    launches of their own (CONVSTENCIL_SPLIT_BANDS=apart)) leave the bits
+    of whole rounds, each round waited for as the distributed layer waits
+    (session_wait_bands, session_exchanged)."""
+    if bands == "apart":
+        monkeypatch.setenv("CONVSTENCIL_SPLIT_BANDS", "apart")
+    w = cs.Stencil(name).weights
+    k = 3
+    depth = k * (w.shape[0] // 2)
+    host = rng.uniform(-1, 1, shape)
+    whole = Session(device_array(host), w, k, mode, 0.5, "cuda-core")
+    split = Session(device_array(host), w, k, mode, 0.5, "cuda-core")
+    for _ in range(3):
+        whole.run()
+        assert _core.session_run(split.handle, (depth, depth)) is True
+        _core.session_wait_bands(split.handle)
+        _core.session_exchanged(split.handle)
+    whole.run()
+    split.run()
+    got, want = cs.DeviceArray(shape), cs.DeviceArray(shape)
+    assert whole.close(want) is False
+    assert split.close(got) is False
+    np.testing.assert_array_equal(got.get(), want.get())
+    assert_close(got.get(), reference.apply(host, w, 4 * k, mode, 0.5),
+                 dict(name=name, mode=mode, bands=bands))
+
+
 def test_nonfinite_is_reported_when_stored(rng):
     host = rng.random((12, 13))
     host[5, 6] = np.nan
@@ -186,6 +274,15 @@ def test_session_errors(rng):
                  lambda: s.close(out)):
         with pytest.raises(ValueError, match="closed"):
             call()
+    # the last round exchanges nothing: no bands; its array is float64's
+    s = Session(grid, w, 1, "wrap")
+    with pytest.raises(ValueError, match="no exchange after it"):
+        _core.session_run(s.handle, (1, 1), (out.ptr, (0, 80, 8)))
+    with pytest.raises(TypeError, match=r"\(out_ptr, out_strides\)"):
+        _core.session_run(s.handle, None, out.ptr)
+    with pytest.raises(TypeError, match=r"\(low, high\)"):
+        _core.session_run(s.handle, 1)
+    s.close(out)
     # a session dropped without closing frees itself
     Session(grid, w, 1, "wrap")
     cs.clear_cache()

@@ -268,10 +268,16 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
    can (*split = 1; session.cu), and the exchange stream waits for them
    (else for the whole round); the caller then exchanges (queued on the
    exchange stream, or after cs_cuda_session_wait_bands) and calls
-   cs_cuda_session_exchanged, which the next round waits for. */
+   cs_cuda_session_exchanged, which the next round waits for.
+   out non-NULL (bands NULL): the last round, whose result goes into
+   `out`, a float64 device array of the grid's shape: written by its last
+   pass where the passes take windows (the box along the first axis, the
+   rest of `out` left as it was), else stored whole; no round may follow,
+   and cs_cuda_session_close must be given the same array. */
 cs_status
-cs_cuda_session_run(cs_cuda_session *x, const ptrdiff_t *bands, int *split,
-                    char *err, size_t err_len);
+cs_cuda_session_run(cs_cuda_session *x, const ptrdiff_t *bands,
+                    const cs_darray *out, int *split, char *err,
+                    size_t err_len);
 
 /* The stream (a cudaStream_t) a split round's exchange is queued on. */
 void *
@@ -308,6 +314,9 @@ cs_cuda_session_copy(cs_cuda_session *x, const ptrdiff_t starts[3],
                      const ptrdiff_t sizes[3], void *buf, int put,
                      char *err, size_t err_len);
 
+/* Store the grid into the float64 device array `out` (the grid's shape),
+   unless the last round wrote its result there (then `out` must be that
+   array); *nonfinite: the input or the result held NaN or infinity. */
 cs_status
 cs_cuda_session_close(cs_cuda_session *x, const cs_darray *out,
                       int *nonfinite, char *err, size_t err_len);

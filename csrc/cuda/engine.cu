@@ -332,7 +332,7 @@ blocked_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
 {
     cs_status (*const run)(cs_cuda_ctx *, const cs_dgrid *, const cs_dgrid *,
                            const cs_dkernel *, int, cs_mode, double, int *,
-                           int *, const ptrdiff_t *) =
+                           int *, const ptrdiff_t *, cs_lead_bands *) =
         plan->pass == CS_PASS_TB3D ? cs_cuda_tb3d_pass : cs_cuda_tb2d_pass;
     const cs_fusion_plan *f = &plan->fusion;
     const long total = f->passes + (f->remainder > 0);
@@ -347,7 +347,7 @@ blocked_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
             last && between ? &ends->out : &L->g[(i + 1) % 2];
         CS_TRY(run(ctx, src, dst, &L->dk, depth, mode, cval,
                    first && flags ? flags + 0 : NULL,
-                   last && flags ? flags + 1 : NULL, NULL));
+                   last && flags ? flags + 1 : NULL, NULL, NULL));
     }
     *cur_out = (int)(total % 2);
     return CS_OK;
@@ -436,12 +436,8 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
  * them (h100_e2e.md at 0070e77), at 95% without (at ffc986f).
  * --------------------------------------------------------------------- */
 
-/* The caller's array `a` of extents n as a grid for tb2d and tb3d:
-   float64, unit x stride, rows and planes at positive whole-element
-   strides that do not overlap, 8-byte aligned.  0 when it is not such an
-   array. */
-static int
-blocked_array_grid(const cs_darray *a, const ptrdiff_t n[3], cs_dgrid *g)
+int
+cs_engine_array_grid(const cs_darray *a, const ptrdiff_t n[3], cs_dgrid *g)
 {
     const ptrdiff_t e = (ptrdiff_t)sizeof(double);
     const ptrdiff_t *st = a->strides;
@@ -463,7 +459,7 @@ blocked_array_grid(const cs_darray *a, const ptrdiff_t n[3], cs_dgrid *g)
 }
 
 /* Whether this run goes between the caller's arrays (see above): tb2d
-   or tb3d, device arrays that blocked_array_grid takes, a result that is
+   or tb3d, device arrays that cs_engine_array_grid takes, a result that is
    not the input (a rerun reads the input). */
 static int
 blocked_between_arrays(const cs_grid_io *io, const cs_plan *plan,
@@ -472,8 +468,8 @@ blocked_between_arrays(const cs_grid_io *io, const cs_plan *plan,
     return blocked(plan) && io->dev_in != NULL && io->dev_out != NULL
            && !io->out_reads_in
            && plan->fusion.passes + (plan->fusion.remainder > 0) >= 1
-           && blocked_array_grid(io->dev_in, plan->run_shape, in)
-           && blocked_array_grid(io->dev_out, plan->run_shape, out);
+           && cs_engine_array_grid(io->dev_in, plan->run_shape, in)
+           && cs_engine_array_grid(io->dev_out, plan->run_shape, out);
 }
 
 /* The caller's 1D array `a` as the fold's rows one after another (pitch

@@ -60,6 +60,13 @@ cs_engine_step_loop(cs_cuda_ctx *ctx, const cs_apply_state *s,
                     cs_loop_args *L, const cs_plan *plan, cs_mode mode,
                     double cval, int *cur_out);
 
+/* The caller's array `a` of extents n as a grid for tb2d and tb3d to
+   read or write at plain addresses: float64, unit x stride, rows and
+   planes at positive whole-element strides that do not overlap, 8-byte
+   aligned.  0 when it is not such an array. */
+int
+cs_engine_array_grid(const cs_darray *a, const ptrdiff_t n[3], cs_dgrid *g);
+
 /* The context of one call: environment switches, message buffer. */
 void
 cs_engine_ctx_init(cs_cuda_ctx *ctx, const cs_interrupt *intr, char *err,

@@ -327,6 +327,24 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
 /* ---- tb2d.cu ---------------------------------------------------------- */
 
 /*
+ * The bands of a split pass (an engine session's round, session.cu):
+ * ranges along the windowed axis (rows of tb2d, planes of tb3d) at the
+ * ends of the window, which the neighbours receive.  The launch writes
+ * them in its first blocks (tb3d) or warps (tb2d), ahead of the window's
+ * own, and each of those adds one to *done once what it wrote is visible
+ * to the copy engines and the other GPUs (__threadfence_system); the
+ * launch sets `arrivals` to how many will, so that a stream can wait for
+ * the count to pass its value before the launch plus `arrivals`
+ * (cuStreamWaitValue32) while the rest of the pass runs.
+ */
+typedef struct cs_lead_bands {
+    int count;           /* ranges: 1 or 2 */
+    ptrdiff_t at[2][2];  /* each [lo, hi), outside the window */
+    unsigned *done;      /* on the device, counting up */
+    unsigned arrivals;   /* set by the launch */
+} cs_lead_bands;
+
+/*
  * `depth` (1..cs_tb2d_max_depth) steps of a planar 3 x 3 kernel or a
  * planar plus of side 5 or 7 on every plane of `in` into `out`,
  * temporally blocked, exact at every boundary mode (the modes applied
@@ -339,23 +357,28 @@ cs_cuda_cc2d_step(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
  * `window` (NULL: every row): the rows [window[0], window[1]) of each
  * plane, the only ones the pass computes and writes (it reads the rows
  * within its depth's reach of them); a row's value does not depend on
- * the window (an engine session's rounds: session.cu).
+ * the window (an engine session's rounds: session.cu).  `lead` (NULL:
+ * none; with a window): rows the launch writes besides the window,
+ * first, and counts (cs_lead_bands).
  */
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
-                  int *in_flag, int *out_flag, const ptrdiff_t window[2]);
+                  int *in_flag, int *out_flag, const ptrdiff_t window[2],
+                  cs_lead_bands *lead);
 
 /*
  * One pass of `depth` steps (1 to CS_TB3D_MAX_DEPTH) of a 3 x 3 x 3
  * kernel cs_tb3d_taps takes (a 7-point star, an outer product), in -> out
  * (tb3d.cu): cs_cuda_tb2d_pass's contract in 3D, on grids of at least
- * CS_TB3D_MIN_EXTENT cells along every axis; `window`: planes.
+ * CS_TB3D_MIN_EXTENT cells along every axis; `window` and `lead`:
+ * planes.
  */
 cs_status
 cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
-                  int *in_flag, int *out_flag, const ptrdiff_t window[2]);
+                  int *in_flag, int *out_flag, const ptrdiff_t window[2],
+                  cs_lead_bands *lead);
 
 /* ---- fused_band.cu ---------------------------------------------------- */
 

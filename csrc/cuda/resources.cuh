@@ -50,7 +50,8 @@ typedef struct cs_lane {
     int stage_tried;
     /* kernel parameters on the device, and the bytes they were made
        from, so that a call with the same weights uploads nothing */
-    int *flags;               /* device: CS_LANE_FLAGS ints (non-finite checks) */
+    int *flags; /* device: CS_LANE_FLAGS ints: 0 and 1 the non-finite
+                   checks, 2 a session's band count (session.cu) */
     char *params;
     size_t params_cap;
     unsigned char *params_key;

@@ -1,7 +1,8 @@
 /*
  * session.cu -- a grid kept in the engine's own padded layout across
  * calls: load once, run rounds of the same plan, let the caller read and
- * write the grid between rounds, store once.
+ * write the grid between rounds, store once (or let the last round write
+ * the result: cs_cuda_session_run's `out`).
  *
  * A distributed run on device blocks exchanges ghost layers every k
  * steps.  Run as one engine call per round, each round pays the load of
@@ -23,20 +24,31 @@
  * that axis go stale by the kernel's radius a step, so each pass skips
  * what already went stale, and the last writes the box alone.  A round
  * may also split its last pass (cs_cuda_session_run's `bands`): the
- * planes at the ends of the box that the neighbours receive go first,
- * by themselves, the interior after them, and the session's exchange
- * stream waits for the bands alone, so that an exchange queued there (or
- * started once cs_cuda_session_wait_bands returns) runs while the box's
- * interior is computed.  The ghosts it writes are cells that pass
+ * planes at the ends of the box that the neighbours receive go first
+ * (the first blocks of the pass's launch: split_pass), the interior
+ * after them, and the session's exchange stream waits for the bands
+ * alone, so that an exchange queued there (or started once
+ * cs_cuda_session_wait_bands returns) runs while the box's interior is
+ * computed.  The last round's last pass may write the caller's result
+ * instead of the grid (the box along that axis): the store then costs
+ * nothing.  The ghosts it writes are cells that pass
  * neither reads nor writes; the next round waits for the exchange
  * (cs_cuda_session_exchanged).  A cell's value does not depend on the
  * passes' windows: the results are those of whole passes, bit for bit.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.cuh"
 #include "transfer.cuh"
+
+/* cuStreamWaitValue32: `stream` waits until the 32-bit word at `addr`,
+   counting up, has passed `value` (flags CU_STREAM_WAIT_VALUE_GEQ);
+   0 on success (a CUresult). */
+typedef int (*stream_wait_fn)(cudaStream_t stream, unsigned long long addr,
+                              unsigned value, unsigned flags);
+#define STREAM_WAIT_VALUE_GEQ 0x0u
 
 struct cs_cuda_session {
     cs_cuda_ctx ctx;
@@ -56,10 +68,18 @@ struct cs_cuda_session {
     int exchange_pending;         /* the next round waits for it */
     cudaEvent_t bands_written;    /* on the exchange stream: what it sends
                                      is written */
-    /* a split last pass (split_pass): a stream for each band */
+    /* a split last pass (split_pass) whose bands lead its launch: the
+       count they add to (the lane's flag 2), the value the exchange
+       stream waits for it to reach, and the driver's wait; NULL: the
+       bands run apart (split_apart), each on a stream of its own */
+    unsigned *band_count;
+    unsigned band_target;
+    stream_wait_fn wait_value;
     cudaStream_t band_stream[2];
     cudaEvent_t pass_ready; /* the passes before, on the main stream */
     cudaEvent_t band_done[2];
+    const void *result_at; /* the array the last round wrote its result
+                              into (cs_cuda_session_run's out), or NULL */
 };
 
 /* Point the session's context at this call's message buffer. */
@@ -142,6 +162,27 @@ make_stream(cs_cuda_ctx *ctx, int priority, cudaStream_t *stream)
     return CS_OK;
 }
 
+/* cuStreamWaitValue32 through the runtime's driver entry points, or
+   NULL where the driver has none or CONVSTENCIL_SPLIT_BANDS=apart asks
+   for the bands' launches of their own (for comparison). */
+static stream_wait_fn
+find_stream_wait(void)
+{
+    const char *env = getenv("CONVSTENCIL_SPLIT_BANDS");
+    if (env != NULL && strcmp(env, "apart") == 0) {
+        return NULL;
+    }
+    void *found = NULL;
+    cudaDriverEntryPointQueryResult result;
+    const cudaError_t e = cudaGetDriverEntryPointByVersion(
+        "cuStreamWaitValue32", &found, 12000, cudaEnableDefault, &result);
+    if (e != cudaSuccess || result != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return (stream_wait_fn)found;
+}
+
 /* The exchange stream and the band streams, of the highest priority
    (the exchange's kernels take SMs before the interior's blocks), and
    the events that order them. */
@@ -222,10 +263,16 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
         st = make_side_streams(x);
     }
     if (st == CS_OK) {
+        /* the non-finite flags and the band count */
         st = check(ctx,
-                   cudaMemsetAsync(x->s.lane->flags, 0,
-                                           2 * sizeof(int), ctx->stream),
-                           "cudaMemsetAsync (non-finite flags)");
+                   cudaMemsetAsync(x->s.lane->flags, 0, 3 * sizeof(int),
+                                   ctx->stream),
+                   "cudaMemsetAsync (session flags)");
+        x->band_count = (unsigned *)(x->s.lane->flags + 2);
+        /* (images before sm_90 run checked kernels only, which tb3d's
+           bands have not) */
+        x->wait_value = cs_cuda_checked_only(ctx) ? NULL
+                                                  : find_stream_wait();
     }
     if (st == CS_OK) {
         /* a session's plan never folds: the array goes in as it is */
@@ -251,7 +298,7 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
 typedef cs_status (*blocked_pass_fn)(cs_cuda_ctx *, const cs_dgrid *,
                                      const cs_dgrid *, const cs_dkernel *,
                                      int, cs_mode, double, int *, int *,
-                                     const ptrdiff_t *);
+                                     const ptrdiff_t *, cs_lead_bands *);
 
 /* The axis (of the three) along which the passes take windows: the
    planes of tb3d, the rows of tb2d on a 2D grid; -1: whole passes. */
@@ -293,33 +340,55 @@ exchange_after(cs_cuda_session *x, cs_cuda_ctx *ctx, cudaEvent_t ready)
     return CS_OK;
 }
 
-/* The last pass of a split round: bands[0] and bands[1] planes at the
-   ends of the window `w` (the box), each on a band stream of its own,
-   then the rest on the main stream; the exchange stream waits for the
-   bands alone.  The bands go first, by themselves: their blocks then
-   have the SMs, and the exchange starts as soon as they end, while the
-   interior runs.  (Launched beside the interior, even on streams of a
-   higher priority, the bands waited about 108 us for the interior's
-   blocks to free SMs and took as long in the end; with NCCL's kernels
-   beside it the interior ran 13% slower: trace_multigpu.py's
-   h200x2_trace_weak_heat3d_{e764309,split_wait_*_9e36fca}.md.)  A box
-   without an interior between its bands runs whole, and the exchange
-   waits for it (*split = 0). */
+/* The bands of a split pass, ends[0] and ends[1] (those not empty), in
+   front of the interior `inner` in one launch; the exchange stream waits
+   for their count.  A driver that refuses the wait gets the exchange
+   after the whole pass, and the bands apart from then on. */
 static cs_status
-split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
+split_lead(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
            const cs_dgrid *src, const cs_dgrid *dst, int depth,
-           const ptrdiff_t w[2], const ptrdiff_t bands[2], int *split)
+           const ptrdiff_t inner[2], const ptrdiff_t ends[2][2])
 {
-    const ptrdiff_t inner[2] = {w[0] + bands[0], w[1] - bands[1]};
-    *split = inner[0] < inner[1];
-    if (!*split) {
-        CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL,
-                   NULL, w));
+    cs_lead_bands lead;
+    memset(&lead, 0, sizeof(lead));
+    for (int b = 0; b < 2; b++) {
+        if (ends[b][0] < ends[b][1]) {
+            lead.at[lead.count][0] = ends[b][0];
+            lead.at[lead.count][1] = ends[b][1];
+            lead.count++;
+        }
+    }
+    lead.done = x->band_count;
+    CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL, NULL,
+               inner, &lead));
+    x->band_target += lead.arrivals;
+    const int r = x->wait_value(x->exchange_stream,
+                                (unsigned long long)(uintptr_t)x->band_count,
+                                x->band_target, STREAM_WAIT_VALUE_GEQ);
+    if (r != 0) {
+        x->wait_value = NULL;
         CS_CUDA_CHECK(ctx, cudaEventRecord(x->pass_ready, ctx->stream),
                       "cudaEventRecord (session pass done)");
         return exchange_after(x, ctx, x->pass_ready);
     }
-    const ptrdiff_t ends[2][2] = {{w[0], inner[0]}, {inner[1], w[1]}};
+    CS_CUDA_CHECK(ctx, cudaEventRecord(x->bands_written, x->exchange_stream),
+                  "cudaEventRecord (session bands written)");
+    return CS_OK;
+}
+
+/* The same with launches of their own: each band on a band stream of its
+   own, by themselves, then the interior on the main stream; the exchange
+   stream waits for the bands.  (Launched beside the interior, even on
+   streams of a higher priority, the bands waited about 108 us for the
+   interior's blocks to free SMs and took as long in the end; with NCCL's
+   kernels beside it the interior ran 13% slower:
+   trace_multigpu.py's h200x2_trace_weak_heat3d_{e764309,
+   split_wait_*_9e36fca}.md.) */
+static cs_status
+split_apart(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
+            const cs_dgrid *src, const cs_dgrid *dst, int depth,
+            const ptrdiff_t inner[2], const ptrdiff_t ends[2][2])
+{
     CS_CUDA_CHECK(ctx, cudaEventRecord(x->pass_ready, ctx->stream),
                   "cudaEventRecord (session last pass ready)");
     CS_CUDA_CHECK(ctx,
@@ -327,7 +396,7 @@ split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
                   "cudaStreamWaitEvent (session exchange)");
     cs_cuda_ctx side = *ctx;
     for (int b = 0; b < 2; b++) {
-        if (bands[b] == 0) {
+        if (ends[b][0] == ends[b][1]) {
             continue;
         }
         side.stream = x->band_stream[b];
@@ -335,7 +404,7 @@ split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
                       cudaStreamWaitEvent(side.stream, x->pass_ready, 0),
                       "cudaStreamWaitEvent (session band)");
         CS_TRY(run(&side, src, dst, &x->L.dk, depth, x->mode, x->cval,
-                   NULL, NULL, ends[b]));
+                   NULL, NULL, ends[b], NULL));
         CS_CUDA_CHECK(ctx, cudaEventRecord(x->band_done[b], side.stream),
                       "cudaEventRecord (session band done)");
         CS_CUDA_CHECK(ctx,
@@ -349,15 +418,49 @@ split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
     CS_CUDA_CHECK(ctx, cudaEventRecord(x->bands_written, x->exchange_stream),
                   "cudaEventRecord (session bands written)");
     return run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL, NULL,
-               inner);
+               inner, NULL);
+}
+
+/* The last pass of a split round: bands[0] and bands[1] planes at the
+   ends of the window `w` (the box) go first, the rest after them, and
+   the exchange stream waits for the bands alone: the exchange runs
+   while the interior is computed.  Where the driver lets a stream wait
+   for a count in memory, the bands are the first blocks of the pass's
+   one launch (split_lead): they take the SMs first, and the interior's
+   blocks fill the rest of the GPU at once.  Otherwise they run apart
+   (split_apart), and the GPU runs the bands alone for a while.  A box
+   without an interior between its bands runs whole, and the exchange
+   waits for it (*split = 0). */
+static cs_status
+split_pass(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
+           const cs_dgrid *src, const cs_dgrid *dst, int depth,
+           const ptrdiff_t w[2], const ptrdiff_t bands[2], int *split)
+{
+    const ptrdiff_t inner[2] = {w[0] + bands[0], w[1] - bands[1]};
+    *split = inner[0] < inner[1];
+    if (!*split) {
+        CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL,
+                   NULL, w, NULL));
+        CS_CUDA_CHECK(ctx, cudaEventRecord(x->pass_ready, ctx->stream),
+                      "cudaEventRecord (session pass done)");
+        return exchange_after(x, ctx, x->pass_ready);
+    }
+    const ptrdiff_t ends[2][2] = {{w[0], inner[0]}, {inner[1], w[1]}};
+    if (x->wait_value != NULL) {
+        return split_lead(x, ctx, run, src, dst, depth, inner, ends);
+    }
+    return split_apart(x, ctx, run, src, dst, depth, inner, ends);
 }
 
 /* A round of tb2d's or tb3d's passes in windows along axis a (see the
-   top); bands non-NULL: the last pass split.  *cur_out as
+   top); bands non-NULL: the last pass split; result non-NULL: the last
+   pass writes it instead of a main grid (noting a value that is not
+   finite in the lane's flag 1, as the store would).  *cur_out as
    cs_engine_step_loop's. */
 static cs_status
 windowed_passes(cs_cuda_session *x, cs_cuda_ctx *ctx, int a,
-                const ptrdiff_t bands[2], int *split, int *cur_out)
+                const ptrdiff_t bands[2], const cs_dgrid *result, int *split,
+                int *cur_out)
 {
     const blocked_pass_fn run = x->plan.pass == CS_PASS_TB3D
                                     ? cs_cuda_tb3d_pass
@@ -371,12 +474,16 @@ windowed_passes(cs_cuda_session *x, cs_cuda_ctx *ctx, int a,
         done += depth;
         ptrdiff_t w[2];
         pass_window(x, a, done, w);
-        if (i + 1 == total && bands != NULL) {
+        const int last = i + 1 == total;
+        if (last && bands != NULL) {
             CS_TRY(split_pass(x, ctx, run, src, dst, depth, w, bands,
                               split));
+        } else if (last && result != NULL) {
+            CS_TRY(run(ctx, src, result, &x->L.dk, depth, x->mode, x->cval,
+                       NULL, x->s.lane->flags + 1, w, NULL));
         } else {
             CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval,
-                       NULL, NULL, w));
+                       NULL, NULL, w, NULL));
         }
     }
     *cur_out = (int)(total % 2);
@@ -384,14 +491,15 @@ windowed_passes(cs_cuda_session *x, cs_cuda_ctx *ctx, int a,
 }
 
 /* The round's passes: windowed where the plan allows, else the engine's
-   step loop (an exchange then waits for all of it). */
+   step loop (an exchange then waits for all of it; `result` is left to
+   the caller). */
 static cs_status
 round_passes(cs_cuda_session *x, cs_cuda_ctx *ctx, const ptrdiff_t bands[2],
-             int *split, int *cur)
+             const cs_dgrid *result, int *split, int *cur)
 {
     const int a = window_axis(x);
     if (a >= 0) {
-        return windowed_passes(x, ctx, a, bands, split, cur);
+        return windowed_passes(x, ctx, a, bands, result, split, cur);
     }
     CS_TRY(cs_engine_step_loop(ctx, &x->s, &x->L, &x->plan, x->mode, x->cval,
                                cur));
@@ -403,27 +511,73 @@ round_passes(cs_cuda_session *x, cs_cuda_ctx *ctx, const ptrdiff_t bands[2],
     return exchange_after(x, ctx, x->pass_ready);
 }
 
-cs_status
-cs_cuda_session_run(cs_cuda_session *x, const ptrdiff_t *bands, int *split,
-                    char *err, size_t err_len)
+/* The grid (g[0]) into the caller's float64 device array `out`, whole,
+   noting a value that is not finite in the lane's flag 1. */
+static cs_status
+store_result(cs_cuda_session *x, cs_cuda_ctx *ctx, const cs_darray *out)
 {
-    cs_cuda_ctx *ctx = session_ctx(x, err, err_len);
-    int cur = 0;
-    *split = 0;
+    const cs_grid_io io = {NULL, NULL, NULL, out, 0};
+    int stored = 0;
+    CS_TRY(cs_stage_result(ctx, x->s.lane, &io, &x->plan, &x->L.g[0],
+                           x->buf[1], &stored));
+    if (!stored) {
+        CS_TRY(cs_store_grid(ctx, x->s.lane, &io, &x->plan, &x->L.g[0],
+                             x->buf[1]));
+    }
+    return CS_OK;
+}
+
+/* Refuse what a round cannot be given (see cs_cuda_session_run). */
+static cs_status
+check_round(cs_cuda_session *x, cs_cuda_ctx *ctx, const ptrdiff_t *bands,
+            const cs_darray *out)
+{
+    if (x->result_at != NULL) {
+        cs_cuda_message(ctx, "the session's last round has run: its result "
+                             "is in the array that round was given");
+        return CS_ERR_INVALID;
+    }
+    if (bands != NULL && out != NULL) {
+        cs_cuda_message(ctx, "the last round (the one given the result's "
+                             "array) has no exchange after it to split for");
+        return CS_ERR_INVALID;
+    }
+    if (out != NULL && out->dtype != CS_DTYPE_FLOAT64) {
+        cs_cuda_message(ctx, "a session's result goes into a float64 array");
+        return CS_ERR_INVALID;
+    }
     if (bands != NULL && (bands[0] < 0 || bands[1] < 0)) {
         cs_cuda_message(ctx, "a split round's bands are planes at the ends "
                              "of the box, not %td and %td", bands[0],
                         bands[1]);
         return CS_ERR_INVALID;
     }
+    return CS_OK;
+}
+
+cs_status
+cs_cuda_session_run(cs_cuda_session *x, const ptrdiff_t *bands,
+                    const cs_darray *out, int *split, char *err,
+                    size_t err_len)
+{
+    cs_cuda_ctx *ctx = session_ctx(x, err, err_len);
+    int cur = 0;
+    *split = 0;
+    CS_TRY(check_round(x, ctx, bands, out));
+    /* the last pass writes the result where it takes windows and `out`
+       is an array it can write (not the store's two passes over it) */
+    cs_dgrid result;
+    const int direct = out != NULL && window_axis(x) >= 0
+                       && cs_engine_array_grid(out, x->plan.run_shape,
+                                               &result);
     if (x->exchange_pending) {
         CS_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->stream, x->exchanged, 0),
                       "cudaStreamWaitEvent (session exchanged)");
         x->exchange_pending = 0;
     }
-    CS_TRY(round_passes(x, ctx, bands, split, &cur));
+    CS_TRY(round_passes(x, ctx, bands, direct ? &result : NULL, split,
+                        &cur));
     if (cur == 1) {
-
         /* the result's grid becomes g[0], where the next round starts */
         const cs_dgrid g = x->L.g[0];
         char *b = x->buf[0];
@@ -432,12 +586,18 @@ cs_cuda_session_run(cs_cuda_session *x, const ptrdiff_t *bands, int *split,
         x->buf[0] = x->buf[1];
         x->buf[1] = b;
     }
-    if (bands != NULL) {
+    if (out != NULL) {
+        if (!direct) {
+            CS_TRY(store_result(x, ctx, out));
+        }
+        x->result_at = out->data;
+    } else if (bands != NULL) {
         return CS_OK; /* queued: the caller's exchange follows */
     }
-    /* the caller reads and writes the grid next, on other streams */
+    /* the caller reads and writes the grid (or the result) next, on
+       other streams */
     return check(ctx, cudaStreamSynchronize(ctx->stream),
-                         "cudaStreamSynchronize (session round)");
+                 "cudaStreamSynchronize (session round)");
 }
 
 void *
@@ -541,13 +701,12 @@ cs_cuda_session_close(cs_cuda_session *x, const cs_darray *out,
 {
     cs_cuda_ctx *ctx = session_ctx(x, err, err_len);
     *nonfinite = 0;
-    const cs_grid_io io = {NULL, NULL, NULL, out, 0};
-    int stored = 0;
-    CS_TRY(cs_stage_result(ctx, x->s.lane, &io, &x->plan, &x->L.g[0],
-                           x->buf[1], &stored));
-    if (!stored) {
-        CS_TRY(cs_store_grid(ctx, x->s.lane, &io, &x->plan, &x->L.g[0],
-                             x->buf[1]));
+    if (x->result_at == NULL) {
+        CS_TRY(store_result(x, ctx, out));
+    } else if (x->result_at != out->data) {
+        cs_cuda_message(ctx, "the session's last round wrote its result "
+                             "into another array");
+        return CS_ERR_INVALID;
     }
     int flags[2] = {0, 0};
     CS_TRY(cs_read_flags(ctx, x->s.lane, flags));

@@ -42,7 +42,7 @@ cs_tb2d_layout(cs_cuda_ctx *ctx, tbs_params *p, ptrdiff_t own, int halo_rows,
                                   resident_warps);
     }
     p->seg_rows = CEIL_DIV(rows, p->segs);
-    p->items = p->strips * p->segs * p->nz;
+    p->items = p->strips * (p->segs + p->lead_count) * p->nz;
     const ptrdiff_t n = CEIL_DIV(p->items, (ptrdiff_t)TS_WARPS);
     if (n > 0x7fffffff) {
         cs_cuda_message(ctx, "tb2d: grid of %lld planes too large",
@@ -104,10 +104,33 @@ tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int shape)
     }
 }
 
+/* A split pass's bands into p (none where lead is NULL): ranges of
+   whole rows inside the plane, outside the window; *ok cleared
+   otherwise. */
+static void
+lead_params(tbs_params *p, const cs_lead_bands *lead, ptrdiff_t ny, int *ok)
+{
+    if (lead == NULL) {
+        return;
+    }
+    *ok = *ok && lead->count >= 1 && lead->count <= 2
+          && lead->done != NULL;
+    for (int b = 0; *ok && b < lead->count; b++) {
+        const ptrdiff_t lo = lead->at[b][0], hi = lead->at[b][1];
+        *ok = lo >= 0 && lo < hi && hi <= ny
+              && (hi <= p->y_lo || lo >= p->y_hi);
+        p->lead[b][0] = lo;
+        p->lead[b][1] = hi;
+    }
+    p->lead_count = lead->count;
+    p->lead_done = lead->done;
+}
+
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
-                  int *in_flag, int *out_flag, const ptrdiff_t window[2])
+                  int *in_flag, int *out_flag, const ptrdiff_t window[2],
+                  cs_lead_bands *lead)
 {
     const int side = k->size[2];
     tbs_params p;
@@ -127,6 +150,7 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.y_lo = window != NULL ? window[0] : 0;
     p.y_hi = window != NULL ? window[1] : in->n[1];
     ok = ok && p.y_lo >= 0 && p.y_lo < p.y_hi && p.y_hi <= in->n[1];
+    lead_params(&p, lead, in->n[1], &ok);
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tb2d_pass: invalid grids, kernel or "
                              "depth");
@@ -141,7 +165,14 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     /* the checks cost about 5% of the kernel's rate (H100, heat2d at
        depth 8): passes that need no flag run without them, where the
        image has that form (kernels.cuh) */
-    return in_flag != NULL || out_flag != NULL || cs_cuda_checked_only(ctx)
-               ? tbs_dispatch<true>(ctx, &p, side, depth, shape)
-               : tbs_dispatch<false>(ctx, &p, side, depth, shape);
+    const cs_status st =
+        in_flag != NULL || out_flag != NULL || cs_cuda_checked_only(ctx)
+            ? tbs_dispatch<true>(ctx, &p, side, depth, shape)
+            : tbs_dispatch<false>(ctx, &p, side, depth, shape);
+    if (lead != NULL) { /* a warp per band, strip and plane */
+        lead->arrivals = st == CS_OK ? (unsigned)(p.lead_count * p.strips
+                                                  * p.nz)
+                                     : 0u;
+    }
+    return st;
 }

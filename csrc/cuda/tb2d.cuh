@@ -27,6 +27,12 @@ typedef struct tbs_params {
     ptrdiff_t lim_y, lim_x; /* unused: cs_params_grids fills them */
     ptrdiff_t strips, segs, seg_rows, items;
     ptrdiff_t y_lo, y_hi; /* the rows the pass writes (its segments') */
+    /* a split pass's bands (cs_lead_bands): a segment of each for every
+       strip and plane, the launch's first warps, each counted in
+       *lead_done */
+    int lead_count;
+    ptrdiff_t lead[2][2];
+    unsigned *lead_done;
     cs_mode mode;
     double cval;
     double w[TS_MAX_SIDE * TS_MAX_SIDE]; /* side x side, row-major */
@@ -40,7 +46,8 @@ typedef struct tbs_params {
 /* Strips of `own` columns and segments of rows for a launch of warps that
    start `halo_rows` above their segment and end as far below it
    (`resident_warps` fit the device at once), into p's strips, segs,
-   seg_rows and items; *blocks: the blocks of TS_WARPS warps it takes. */
+   seg_rows and items (the bands' warps included); *blocks: the blocks of
+   TS_WARPS warps it takes. */
 cs_status
 cs_tb2d_layout(cs_cuda_ctx *ctx, tbs_params *p, ptrdiff_t own, int halo_rows,
                ptrdiff_t resident_warps, unsigned *blocks);

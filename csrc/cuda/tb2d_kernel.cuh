@@ -536,15 +536,27 @@ tbs_kernel(tbs_params p)
                        warps */
         }
         double *ring = smem + (warp * TS_RING * SW + lane * V);
-        ptrdiff_t strip, seg, z;
-        item_place(p, item, &strip, &seg, &z);
-        const ptrdiff_t ox = cs_tile_origin(strip, OWN, p.nx) - M;
+        /* a split pass's bands first: a warp each per strip and plane */
+        const ptrdiff_t per_band = p.strips * p.nz;
+        const bool band = item < p.lead_count * per_band;
+        ptrdiff_t strip, z;
         tbs_strip<V> s;
+        if (band) {
+            const ptrdiff_t b = item / per_band, at = item % per_band;
+            strip = at % p.strips;
+            z = at / p.strips;
+            s.y0 = p.lead[b][0];
+            s.y1 = p.lead[b][1];
+        } else {
+            ptrdiff_t seg;
+            item_place(p, item - p.lead_count * per_band, &strip, &seg, &z);
+            s.y0 = p.y_lo + seg * p.seg_rows;
+            s.y1 = s.y0 + p.seg_rows < p.y_hi ? s.y0 + p.seg_rows : p.y_hi;
+        }
+        const ptrdiff_t ox = cs_tile_origin(strip, OWN, p.nx) - M;
         s.src = p.in + z * p.in_plane;
         s.dst = p.out + z * p.out_plane;
         s.gx0 = ox + lane * V;
-        s.y0 = p.y_lo + seg * p.seg_rows;
-        s.y1 = s.y0 + p.seg_rows < p.y_hi ? s.y0 + p.seg_rows : p.y_hi;
         s.stores = lane >= M / V && lane < (SW - M) / V;
         unsigned bad = 0; /* bit 0: an input value, bit 1: a result value
                              is not finite (checked where the flags are
@@ -577,6 +589,15 @@ tbs_kernel(tbs_params p)
         }
         if ((bad & 2u) && p.out_flag != nullptr) {
             *p.out_flag = 1;
+        }
+        if (band) {
+            /* every lane's stores before the count (a copy engine or a
+               peer reads them once it passes) */
+            __threadfence_system();
+            __syncwarp();
+            if (lane == 0) {
+                atomicAdd(p.lead_done, 1u);
+            }
         }
     }
 }

@@ -53,6 +53,11 @@ typedef struct tb3_params {
     ptrdiff_t lim_y, lim_x; /* unused: cs_params_grids fills them */
     ptrdiff_t tiles_x, tiles_y, seg_planes;
     ptrdiff_t z_lo, z_hi; /* the planes the pass writes (its segments') */
+    /* a split pass's bands (cs_lead_bands): segment `lead_count` of
+       every tile before the window's, each counted in *lead_done */
+    int lead_count;
+    ptrdiff_t lead[2][2];
+    unsigned *lead_done;
     int shared_doubles; /* the block's shared planes (cs_tb3d_smem_bytes):
                            a star's levels share a barrier, so each has
                            its own pair; an outer product's levels take
@@ -715,9 +720,10 @@ stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
     }
 }
 
-/* One block per tile and segment of planes; tiles at a side edge run
-   the mapped variant. */
-template <int T, int SHAPE, bool FLAGS>
+/* One block per tile and segment of planes (LEAD: a split pass's bands
+   first, each block of theirs counted once written); tiles at a side
+   edge run the mapped variant. */
+template <int T, int SHAPE, bool FLAGS, bool LEAD>
 static __device__ __forceinline__ void
 tb3d_body(const tb3_params p)
 {
@@ -741,9 +747,17 @@ tb3d_body(const tb3_params p)
     const ptrdiff_t sy = cs_tile_first_stored(tile / p.tiles_x, OWNY);
     cl.x0 = (int)(threadIdx.x % 32) * T3_V;
     cl.y0 = (int)(threadIdx.x / 32) * T3_CY;
-    const ptrdiff_t z0 = p.z_lo + seg * p.seg_planes;
-    const ptrdiff_t z1 =
-        z0 + p.seg_planes < p.z_hi ? z0 + p.seg_planes : p.z_hi;
+    /* (the bands' choice is LEAD's alone: in every instance it cost
+       spills in some, the 7-point star's among them) */
+    const bool band = LEAD && seg < p.lead_count;
+    ptrdiff_t z0 = 0, z1 = 0;
+    if (band) {
+        z0 = p.lead[seg][0];
+        z1 = p.lead[seg][1];
+    } else {
+        z0 = p.z_lo + (LEAD ? seg - p.lead_count : seg) * p.seg_planes;
+        z1 = z0 + p.seg_planes < p.z_hi ? z0 + p.seg_planes : p.z_hi;
+    }
     unsigned bad = 0;
     const bool rows_inside = cl.oy >= 0 && cl.oy + T3_TY <= p.ny;
     if (rows_inside && cl.ox >= 0 && cl.ox + T3_TX <= p.nx) {
@@ -774,16 +788,25 @@ tb3d_body(const tb3_params p)
     if ((bad & 2u) && p.out_flag != nullptr) {
         *p.out_flag = 1;
     }
+    if (band) {
+        /* every thread's stores before the count (a copy engine or a
+           peer reads them once it passes) */
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            atomicAdd(p.lead_done, 1u);
+        }
+    }
 }
 
-template <int T, int SHAPE, bool FLAGS>
+template <int T, int SHAPE, bool FLAGS, bool LEAD>
 __global__ void __launch_bounds__(T3_THREADS, 1)
 tb3d_kernel(const tb3_params p)
 {
     if constexpr (CS_CHECKED_ONLY_IMAGE && !FLAGS) {
         __trap(); /* never launched there (kernels.cuh) */
     } else {
-        tb3d_body<T, SHAPE, FLAGS>(p);
+        tb3d_body<T, SHAPE, FLAGS, LEAD>(p);
     }
 }
 
@@ -791,7 +814,7 @@ tb3d_kernel(const tb3_params p)
  * host
  * --------------------------------------------------------------------- */
 
-template <int T, int SHAPE, bool FLAGS>
+template <int T, int SHAPE, bool FLAGS, bool LEAD>
 static cs_status
 tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
 {
@@ -804,12 +827,12 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
         return CS_ERR_UNSUPPORTED;
     }
     p->shared_doubles = (int)(smem / sizeof(double));
-    CS_TRY(cs_cuda_allow_smem(ctx, tb3d_kernel<T, SHAPE, FLAGS>, smem,
+    CS_TRY(cs_cuda_allow_smem(ctx, tb3d_kernel<T, SHAPE, FLAGS, LEAD>, smem,
                               "tb3d"));
     int per_sm = 0;
     CS_CUDA_CHECK(ctx,
                   cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                      &per_sm, tb3d_kernel<T, SHAPE, FLAGS>, T3_THREADS,
+                      &per_sm, tb3d_kernel<T, SHAPE, FLAGS, LEAD>, T3_THREADS,
                       smem),
                   "cudaOccupancyMaxActiveBlocksPerMultiprocessor (tb3d)");
     const ptrdiff_t resident = (ptrdiff_t)ctx->sms * (per_sm > 0 ? per_sm : 1);
@@ -829,32 +852,72 @@ tb3_launch(cs_cuda_ctx *ctx, tb3_params *p)
                                   T3_MAX_SEGMENTS, T3_EXTRA_ROUNDS);
     }
     p->seg_planes = CEIL_DIV(planes, segs);
-    const ptrdiff_t items = tiles * segs;
+    const ptrdiff_t items = tiles * (segs + p->lead_count);
     if (items > INT_MAX) {
         cs_cuda_message(ctx, "tb3d: grid too large");
         return CS_ERR_INVALID;
     }
     const unsigned blocks = (unsigned)items;
-    tb3d_kernel<T, SHAPE, FLAGS><<<blocks, T3_THREADS, smem, ctx->stream>>>(*p);
+    tb3d_kernel<T, SHAPE, FLAGS, LEAD><<<blocks, T3_THREADS, smem, ctx->stream>>>(*p);
     return cs_cuda_check_launch(ctx, "tb3d kernel");
 }
 
-template <int SHAPE, bool FLAGS, int TOP>
+template <int SHAPE, bool FLAGS, bool LEAD, int TOP>
 static cs_status
 tb3_depth(cs_cuda_ctx *ctx, tb3_params *p, int depth)
 {
     if constexpr (TOP > 1) {
         if (depth < TOP) {
-            return tb3_depth<SHAPE, FLAGS, TOP - 1>(ctx, p, depth);
+            return tb3_depth<SHAPE, FLAGS, LEAD, TOP - 1>(ctx, p, depth);
         }
     }
-    return tb3_launch<TOP, SHAPE, FLAGS>(ctx, p);
+    return tb3_launch<TOP, SHAPE, FLAGS, LEAD>(ctx, p);
+}
+
+/* The instance for the tap set, the checks and a split pass's bands:
+   the bands' instances have no checks (a split pass is never a run's
+   first or last). */
+template <int SHAPE>
+static cs_status
+tb3_dispatch(cs_cuda_ctx *ctx, tb3_params *p, int depth, bool flags)
+{
+    if (p->lead_count > 0) {
+        return tb3_depth<SHAPE, false, true, CS_TB3D_MAX_DEPTH>(ctx, p,
+                                                                depth);
+    }
+    return flags ? tb3_depth<SHAPE, true, false, CS_TB3D_MAX_DEPTH>(ctx, p,
+                                                                   depth)
+                 : tb3_depth<SHAPE, false, false, CS_TB3D_MAX_DEPTH>(ctx, p,
+                                                                    depth);
+}
+
+/* A split pass's bands into p (none where lead is NULL): ranges of
+   whole planes inside the grid, outside the window; *ok cleared
+   otherwise. */
+static void
+lead_params(tb3_params *p, const cs_lead_bands *lead, ptrdiff_t nz, int *ok)
+{
+    if (lead == NULL) {
+        return;
+    }
+    *ok = *ok && lead->count >= 1 && lead->count <= 2
+          && lead->done != NULL;
+    for (int b = 0; *ok && b < lead->count; b++) {
+        const ptrdiff_t lo = lead->at[b][0], hi = lead->at[b][1];
+        *ok = lo >= 0 && lo < hi && hi <= nz
+              && (hi <= p->z_lo || lo >= p->z_hi);
+        p->lead[b][0] = lo;
+        p->lead[b][1] = hi;
+    }
+    p->lead_count = lead->count;
+    p->lead_done = lead->done;
 }
 
 cs_status
 cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
-                  int *in_flag, int *out_flag, const ptrdiff_t window[2])
+                  int *in_flag, int *out_flag, const ptrdiff_t window[2],
+                  cs_lead_bands *lead)
 {
     tb3_params p;
     memset(&p, 0, sizeof(p));
@@ -869,6 +932,7 @@ cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.z_lo = window != NULL ? window[0] : 0;
     p.z_hi = window != NULL ? window[1] : in->n[0];
     ok = ok && p.z_lo >= 0 && p.z_lo < p.z_hi && p.z_hi <= in->n[0];
+    lead_params(&p, lead, in->n[0], &ok);
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tb3d_pass: invalid grids, kernel or "
                              "depth");
@@ -882,10 +946,18 @@ cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     memcpy(p.w, k->host_weights, sizeof(p.w));
     const bool flags = in_flag != NULL || out_flag != NULL
                        || cs_cuda_checked_only(ctx);
-    if (shape == T3_STAR) {
-        return flags ? tb3_depth<T3_STAR, true, CS_TB3D_MAX_DEPTH>(ctx, &p, depth)
-                     : tb3_depth<T3_STAR, false, CS_TB3D_MAX_DEPTH>(ctx, &p, depth);
+    if (lead != NULL && flags) {
+        cs_cuda_message(ctx, "cs_cuda_tb3d_pass: a split pass's bands run "
+                             "without checks (and on images for sm_90 on)");
+        return CS_ERR_UNSUPPORTED;
     }
-    return flags ? tb3_depth<T3_RANK1, true, CS_TB3D_MAX_DEPTH>(ctx, &p, depth)
-                 : tb3_depth<T3_RANK1, false, CS_TB3D_MAX_DEPTH>(ctx, &p, depth);
+    const cs_status st = shape == T3_STAR
+                             ? tb3_dispatch<T3_STAR>(ctx, &p, depth, flags)
+                             : tb3_dispatch<T3_RANK1>(ctx, &p, depth, flags);
+    if (lead != NULL) { /* a block per band and tile (tb3_launch) */
+        lead->arrivals = st == CS_OK ? (unsigned)(p.tiles_x * p.tiles_y
+                                                  * p.lead_count)
+                                     : 0u;
+    }
+    return st;
 }

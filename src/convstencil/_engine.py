@@ -316,17 +316,25 @@ def session_open(ptr, shape, strides, weights, *, steps, mode, cval, path,
                               (1,) * lead + tuple(box))
 
 
-def session_run(handle, bands=None):
+def session_run(handle, bands=None, out=None):
     """Run the session's steps once (its grid becomes the result).
     Without `bands`, returns when done (False).  With bands = (low,
     high), planes at the ends of the box along axis 0: queued, those
     planes written first; True where the round's last pass was split so
     (the exchange then runs beside the rest of it).  Exchange on
     session_exchange_stream or after session_wait_bands, then call
-    session_exchanged."""
-    if bands is None:
-        return _core.session_run(handle)
-    return _core.session_run(handle, tuple(int(b) for b in bands))
+    session_exchanged.  With out = (ptr, byte strides) of a float64
+    device array of the grid's shape: the last round, its result written
+    there (the box's planes along axis 0 where the passes take windows,
+    no store of the grid after them); session_close then takes the same
+    array."""
+    bands = None if bands is None else tuple(int(b) for b in bands)
+    if out is None:
+        return _core.session_run(handle, bands)
+    ptr, strides = out
+    lead = _lead(len(strides))
+    return _core.session_run(handle, bands,
+                             (ptr, (0,) * lead + tuple(strides)))
 
 
 def session_exchange_stream(handle):
@@ -367,7 +375,8 @@ def session_copy(handle, starts, sizes, buffer_ptr, *, put):
 
 
 def session_close(handle, out_ptr, out_strides):
-    """Store the session's grid at `out_ptr` (byte strides `out_strides`)
+    """Store the session's grid at `out_ptr` (byte strides `out_strides`;
+    unless the last round wrote its result there: session_run's `out`)
     and close it; True where a value was not finite."""
     lead = _lead(len(out_strides))
     return _core.session_close(handle, out_ptr,

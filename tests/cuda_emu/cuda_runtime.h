@@ -184,6 +184,17 @@ double __shfl_up_sync(unsigned mask, double v, unsigned delta);
 double __shfl_down_sync(unsigned mask, double v, unsigned delta);
 double __shfl_sync(unsigned mask, double v, int src_lane);
 double *cs_emu_dynamic_smem(void);
+// atomics and fences: a block's threads are OS threads (blocks one at a
+// time), so the host's atomics and fences serve
+static inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+static inline void __threadfence_system(void) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+// a barrier of the warp's 32 threads (the full mask only, as the
+// engine's kernels use it)
+void __syncwarp(unsigned mask = 0xffffffffu);
 
 // ---- launches and function attributes --------------------------------
 namespace cs_emu {

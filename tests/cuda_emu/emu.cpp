@@ -183,6 +183,10 @@ void run_grid(dim3 grid, dim3 block, size_t smem,
 }  // namespace cs_emu
 
 void __syncthreads(void) { block_barrier->arrive_and_wait(); }
+void __syncwarp(unsigned mask) {
+    if (mask != 0xffffffffu) abort();  // partial warps are not emulated
+    my_warp->bar.arrive_and_wait();
+}
 double *cs_emu_dynamic_smem(void) { return dyn_smem; }
 
 // m16n8k4 f64: a0 = A[lane/4][lane%4], a1 = A[lane/4 + 8][lane%4],
@@ -411,11 +415,32 @@ static int address_range(unsigned long long *base, size_t *size,
         }
     return 1;
 }
+// cuStreamWaitValue32 with CU_STREAM_WAIT_VALUE_GEQ (0): every launch has
+// run when it returned, so a count short of the value would never reach
+// it on a GPU either (a hang there): said, and the process stopped.
+static int stream_wait_value32(cudaStream_t, unsigned long long addr,
+                               unsigned value, unsigned flags) {
+    const unsigned now = __atomic_load_n((unsigned *)addr, __ATOMIC_SEQ_CST);
+    if (flags != 0) return 1;  // CUDA_ERROR_INVALID_VALUE
+    if ((int)(now - value) < 0) {
+        fprintf(stderr, "emulated cuStreamWaitValue32: the count is %u and "
+                "will stay so; the stream waits for %u (a hang on a GPU)\n",
+                now, value);
+        abort();
+    }
+    return 0;
+}
 cudaError_t cudaGetDriverEntryPointByVersion(
         const char *symbol, void **fn, unsigned, unsigned long long,
         cudaDriverEntryPointQueryResult *result) {
-    bool known = strcmp(symbol, "cuMemGetAddressRange") == 0;
-    *fn = known ? (void *)&address_range : nullptr;
+    bool known = true;
+    if (strcmp(symbol, "cuMemGetAddressRange") == 0)
+        *fn = (void *)&address_range;
+    else if (strcmp(symbol, "cuStreamWaitValue32") == 0)
+        *fn = (void *)&stream_wait_value32;
+    else
+        known = false;
+    if (!known) *fn = nullptr;
     *result = known ? cudaDriverEntryPointSuccess
                     : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;

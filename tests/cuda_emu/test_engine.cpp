@@ -507,7 +507,7 @@ static void session_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     if (st == CS_OK) {
         for (long r = 0; r < rounds && st == CS_OK; r++) {
             int split = -1;
-            st = cs_cuda_session_run(x, nullptr, &split, err, sizeof err);
+            st = cs_cuda_session_run(x, nullptr, nullptr, &split, err, sizeof err);
             ok = ok && split == 0;
             for (long s = 0; s < k; s++) { ref_step(ref, tmp, n, kern, mode, 0.5); ref.swap(tmp); }
             cs_darray v;

@@ -314,10 +314,16 @@ class _Session:
     def copy(self, starts, sizes, buf, put):
         _engine.session_copy(self.handle, starts, sizes, buf.ptr, put=put)
 
-    def run(self, bands=None):
+    def run(self, bands=None, out=None):
         """One round; with `bands` queued (see _engine.session_run):
-        True where its last pass was split for the exchange."""
-        return _engine.session_run(self.handle, bands)
+        True where its last pass was split for the exchange.  With `out`
+        (a DeviceArray of the padded shape), the last round: its result
+        goes there, written by its last pass where it can (close then
+        stores nothing and must be given `out`)."""
+        result = None
+        if out is not None:
+            result = (out.ptr, _device_blocks.c_strides(out.shape))
+        return _engine.session_run(self.handle, bands, result)
 
     def exchange_beside(self, link):
         """The exchange after a queued round, beside the rest of its
@@ -331,8 +337,9 @@ class _Session:
         _engine.session_exchanged(self.handle)
 
     def close(self, out):
-        """Store into the DeviceArray `out`; True where a value was not
-        finite (the rounds must run again without a session)."""
+        """Store into the DeviceArray `out` (unless the last round wrote
+        there); True where a value was not finite (the rounds must run
+        again without a session)."""
         return _engine.session_close(self.handle, out.ptr,
                                      _device_blocks.c_strides(out.shape))
 
@@ -403,8 +410,8 @@ def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
     block (the padded blocks are not read: the block goes straight into
     the session's grid, and the exchanges fill its ghosts: the first
     before the first round, the others beside the round before where
-    `overlap` (split_bands), else before their round); the result goes
-    to pads[1].  Returns (the engine's path, whether a round was split),
+    `overlap` (split_bands), else before their round); the last round
+    writes the result into pads[1].  Returns (the engine's path, whether a round was split),
     or None where a value was not finite on some rank: the caller then
     runs the rounds again without a session."""
     comm = d.comm
@@ -418,14 +425,16 @@ def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
     ghosts_sent = False  # by the round before, beside its last pass
     split = False
     for i in range(rounds):
-        queue = bands if i + 1 < rounds else None
+        last = i + 1 == rounds
+        queue = None if last else bands
         failure = None
         try:
             t0 = time.perf_counter()
             if not ghosts_sent:
                 link.exchange(session.grid())
             t1 = time.perf_counter()
-            split = session.run(queue) or split
+            # the last round writes the result itself: no store after it
+            split = session.run(queue, pads[1] if last else None) or split
             times["exchange"] += t1 - t0
             times["compute"] += time.perf_counter() - t1
         except BaseException as exc:  # noqa: B902 - voted on, re-raised
