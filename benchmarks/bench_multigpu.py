@@ -454,6 +454,9 @@ def summarise(records):
            if r["gpus"] == 1 and r["forced_halo_steps"] is None}
     for r in dist:
         _efficiencies(r, plain, one)
+    for r in records:
+        if r.get("self_exchange"):
+            _efficiencies(r, plain, {})
     for r in dist:
         if r["forced_halo_steps"] is None:
             _best_k(r, dist)
@@ -666,15 +669,21 @@ def self_exchange_table(records):
     if not runs:
         return ""
     rows = ["", "One GPU exchanging with itself (wrap; axis 0's ghosts "
-            "through NCCL), the model's k, rounds in an engine session or "
-            "one engine call each:", "",
-            "| preset | block | steps | k | rounds | session | s/step | "
-            "exchange per round |", "|---|---|---|---|---|---|---|---|"]
+            "through the transport), the model's k, rounds in an engine "
+            "session or one engine call each; against plain apply on the "
+            "block in the same launch:", "",
+            "| preset | block | steps | k | rounds | session | split | "
+            "transport | s/step | vs plain apply | exchange per round |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
-        rows.append("| %s | %s | %d | %s | %d | %s | %.3f ms | %.0f us |" % (
-            r["preset"], _grid(r), r["steps"], r["halo_steps"], r["rounds"],
-            "yes" if r["session"] else "no", 1e3 * r["seconds_per_step"],
-            1e6 * r["exchange_seconds_per_round"]))
+        rows.append("| %s | %s | %d | %s | %d | %s | %s | %s | %.3f ms | %s "
+                    "| %.0f us |" % (
+                        r["preset"], _grid(r), r["steps"], r["halo_steps"],
+                        r["rounds"], "yes" if r["session"] else "no",
+                        "yes" if r.get("overlap") else "no",
+                        r.get("transport"), 1e3 * r["seconds_per_step"],
+                        _pct(r.get("efficiency_vs_block")),
+                        1e6 * r["exchange_seconds_per_round"]))
     return "\n".join(rows) + "\n"
 
 
@@ -745,8 +754,16 @@ def _provenance(names):
     prov = common.provenance(device)
     prov["gpus"] = len(names)
     prov["mpi"] = common.mpi_version()
-    prov["environment"] = dict(NO_MULTICAST)
+    prov["environment"] = dict(NO_MULTICAST, **_knobs())
     return prov
+
+
+def _knobs():
+    """The engine's CONVSTENCIL_* switches set for the run (the ranks
+    inherit them), e.g. CONVSTENCIL_SPLIT_BANDS=apart."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith("CONVSTENCIL_") and k not in (
+                "CONVSTENCIL_COMMIT", "CONVSTENCIL_RESULTS_DIR")}
 
 
 def _record_provenance(prov):
@@ -771,7 +788,8 @@ def save(stem, prov, names, topology, records, text):
             "launch, on every GPU at once, the slowest GPU's median\n\n"
             % (prov["device"], common.provenance_sentence(prov),
                len(names), ", ".join(names), _transports(records),
-               " ".join("%s=%s" % kv for kv in NO_MULTICAST.items()),
+               " ".join("%s=%s" % kv for kv in dict(NO_MULTICAST,
+                                                     **_knobs()).items()),
                prov["mpi"]))
     if topology:
         head += "`nvidia-smi topo -m`:\n\n```\n%s\n```\n\n" % topology

@@ -236,6 +236,10 @@ def main():
                         help="distributed runs: comma-separated auto|on|off")
     parser.add_argument("--transport", default="auto",
                         help="the distributed runs' transport")
+    parser.add_argument("--self-exchange", action="store_true",
+                        help="a periodic axis 0 exchanges through the "
+                             "transport even on one rank (one GPU: its "
+                             "rounds as a slab's, with itself)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
 
@@ -263,7 +267,8 @@ def main():
         def go():
             out = csd.apply(d, preset, steps=steps, mode="wrap",
                             halo_steps=args.k, overlap=overlap,
-                            transport=args.transport)
+                            transport=args.transport,
+                            self_exchange=args.self_exchange)
             comm.Barrier()
             return out
         return go
@@ -299,6 +304,11 @@ def main():
                   os.environ.get("CONVSTENCIL_COMMIT", "unknown"),
                   comm.Get_size(), " ".join(sys.argv[1:]),
                   json.dumps(infos)))
+    knobs = {k: v for k, v in sorted(os.environ.items())
+             if k.startswith("CONVSTENCIL_") and k != "CONVSTENCIL_COMMIT"}
+    if knobs:
+        header += "\n\nEnvironment: %s." % ", ".join(
+            "%s=%s" % kv for kv in knobs.items())
     text = report(rows, header)
     print(text)
     with open(os.path.join(args.out, stem + ".md"), "w") as f:
