@@ -329,6 +329,7 @@ def _distributed_record(comm, d, seconds, info, steps, halo_steps):
             "transport": info["transport"], "path": info["path"],
             "session": info.get("session"),
             "overlap": info.get("overlap"),
+            "split_bands": info.get("split_bands"),
             # where the time goes, each rank's seconds (phases.table)
             "run_seconds_by_rank": comm.allgather(info["seconds"]),
             "compute_seconds_by_rank": comm.allgather(
@@ -421,13 +422,14 @@ def _emit(comm, record, tag):
 
 
 def _self_exchange(comm, d, preset, steps, args, tag):
-    """One GPU exchanging with itself (wrap, axis 0 through the
-    transport) at the model's k: the rounds of an engine session against one engine call
-    per round (CONVSTENCIL_DISTRIBUTED_SESSION=0)."""
+    """One GPU exchanging with itself along axis 0 alone (wrap, through
+    the transport: a slab's rounds, split as a slab's are) at the model's
+    k: the rounds of an engine session against one engine call per round
+    (CONVSTENCIL_DISTRIBUTED_SESSION=0)."""
     for session in (True, False):
         os.environ["CONVSTENCIL_DISTRIBUTED_SESSION"] = "1" if session else "0"
         seconds, info = _timed(comm, d, preset, steps, None, args.repeat,
-                               self_exchange=True, transport=args.transport,
+                               self_exchange=(0,), transport=args.transport,
                                overlap=OVERLAP[args.overlap])
         record = _distributed_record(comm, d, seconds, info, steps, None)
         _emit(comm, dict(record, self_exchange=True), tag)
@@ -680,7 +682,7 @@ def self_exchange_table(records):
                     "| %.0f us |" % (
                         r["preset"], _grid(r), r["steps"], r["halo_steps"],
                         r["rounds"], "yes" if r["session"] else "no",
-                        "yes" if r.get("overlap") else "no",
+                        r.get("split_bands") or "no",
                         r.get("transport"), 1e3 * r["seconds_per_step"],
                         _pct(r.get("efficiency_vs_block")),
                         1e6 * r["exchange_seconds_per_round"]))

@@ -268,7 +268,8 @@ def main():
             out = csd.apply(d, preset, steps=steps, mode="wrap",
                             halo_steps=args.k, overlap=overlap,
                             transport=args.transport,
-                            self_exchange=args.self_exchange)
+                            self_exchange=(0,) if args.self_exchange
+                            else False)
             comm.Barrier()
             return out
         return go
@@ -287,7 +288,7 @@ def main():
             info = csd.info()  # the profiled run's
             infos[name] = {key: info.get(key) for key in (
                 "halo_steps", "rounds", "overlap", "session", "path",
-                "transport")}
+                "transport", "split_bands")}
         rows.append((name, rank, summary(ops_of(path))))
     everything = comm.gather(rows)
     if rank:

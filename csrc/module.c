@@ -827,6 +827,28 @@ session_run(PyObject *self, PyObject *args)
 #endif
 }
 
+PyDoc_STRVAR(session_bands_doc,
+"session_bands(session) -> 'lead' or 'apart'\n"
+"\n"
+"How a split round's bands run: the first blocks of their pass's launch\n"
+"(the exchange stream waits for their count in memory), or launches of\n"
+"their own.");
+
+static PyObject *
+session_bands(PyObject *self, PyObject *capsule)
+{
+#ifdef CS_HAVE_CUDA
+    session_box *box = open_session(capsule);
+    if (box == NULL) {
+        return NULL;
+    }
+    return PyUnicode_FromString(cs_cuda_session_bands(box->x));
+#else
+    no_cuda_engine();
+    return NULL;
+#endif
+}
+
 PyDoc_STRVAR(session_exchange_stream_doc,
 "session_exchange_stream(session) -> stream\n"
 "\n"
@@ -1486,6 +1508,7 @@ static PyMethodDef core_methods[] = {
     {"session_run", session_run, METH_VARARGS, session_run_doc},
     {"session_exchange_stream", session_exchange_stream, METH_O,
      session_exchange_stream_doc},
+    {"session_bands", session_bands, METH_O, session_bands_doc},
     {"session_wait_bands", session_wait_bands, METH_O,
      session_wait_bands_doc},
     {"session_exchanged", session_exchanged, METH_O, session_exchanged_doc},

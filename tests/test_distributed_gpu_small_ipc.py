@@ -94,6 +94,24 @@ def test_self_exchange(comm, shared_rng):
           halo_steps=3, self_exchange=True)
 
 
+def test_self_exchange_along_axis_0_splits_rounds(comm, shared_rng):
+    """self_exchange=(0,): each rank its own neighbour along axis 0 alone,
+    so one GPU runs a slab's split rounds (the bands first, the copy
+    beside the interior)."""
+    csd = _csd()
+    u = shared_rng.random((24, 20))
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    backend="cuda", dims=(comm.Get_size(), 1))
+    out = csd.apply(d, "heat2d", steps=12, mode="wrap", halo_steps=3,
+                    self_exchange=(0,), transport="cuda-ipc")
+    assert out.info["overlap"] and out.info["session"]
+    assert out.info["split_bands"] == "lead"
+    whole = csd.gather(out)
+    if comm.Get_rank() == 0:
+        assert_close(whole, reference.apply(u, cs.Stencil("heat2d").weights,
+                                            12, "wrap"))
+
+
 def test_auto_takes_it_where_nccl_is_not_usable(comm, shared_rng,
                                                 monkeypatch):
     from convstencil.distributed import _transport

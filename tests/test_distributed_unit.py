@@ -135,6 +135,17 @@ def test_plan_unsplit_axes():
                               self_exchange=True)
     assert plan.lo == (False, True) and plan.axes[0] == []
     assert [s.peer for s in plan.axes[1]] == [0, 0]
+    # a tuple names the axes that do: (0,) as a slab's (split rounds)
+    from convstencil.distributed import _run
+    one = _grid((40, 50), (1, 1), 0)
+    plan, _ = _plan.make_plan(one, (3, 3), "wrap", 10, 2, 5,
+                              self_exchange=(0,))
+    assert plan.lo == (True, False) and plan.axes[1] == []
+    assert _run.split_bands(plan) == (2, 2)
+    with pytest.raises(ValueError, match="axis 2"):
+        _run._self_exchange_axes((2,), 2)
+    with pytest.raises(TypeError, match="sequence of axes"):
+        _run._self_exchange_axes("x", 2)
     plan, _ = _plan.make_plan(d, (7, 7), "mirror", 10, 2, 49)
     assert plan.padded_shape == (2, 50)  # nothing to exchange
 
@@ -524,10 +535,10 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     w = convstencil.Stencil("heat2d").weights
     times = dict(exchange=0.0, compute=0.0, vote=0.0)
     nonfinite = [False]
-    path, split = _run._session_rounds(d, pads, plan, Link(), w, 3, 2,
-                                       "wrap", 0.0, "cuda", times)
+    path, split, bands = _run._session_rounds(d, pads, plan, Link(), w, 3,
+                                              2, "wrap", 0.0, "cuda", times)
     assert path == "cuda-core"  # the engine's word for its plan
-    assert split is False
+    assert split is False and bands is None
     assert log[0] == ("open", 100, (0, 240, 8), (1, 12, 30), 3, (0, 1, 0),
                       (1, 10, 30))
     exchange = [("get", (0, 2, 0), (1, 2, 30), 7),
@@ -578,6 +589,9 @@ def test_split_rounds_exchange_beside_the_last_pass(monkeypatch, queues):
         def session_exchange_stream(self, handle):
             return 77
 
+        def session_bands(self, handle):
+            return "lead"
+
         def session_wait_bands(self, handle):
             log.append("wait")
 
@@ -609,19 +623,19 @@ def test_split_rounds_exchange_beside_the_last_pass(monkeypatch, queues):
     assert _run.split_bands(plan) == (2, 2)
     w = convstencil.Stencil("heat2d").weights
     times = dict(exchange=0.0, compute=0.0, vote=0.0)
-    path, split = _run._session_rounds(d, pads, plan, Link(), w, 2, 3,
-                                       "wrap", 0.0, "cuda", times)
-    assert split is True
+    path, split, bands = _run._session_rounds(d, pads, plan, Link(), w, 2,
+                                              3, "wrap", 0.0, "cuda", times)
+    assert split is True and bands == "lead"
     beside = ["queue"] if queues else ["wait", "exchange"]
     queued = [("run", (2, 2))] + beside + ["exchanged"]
     assert log == (["exchange"] + queued + queued + [("last", None),
                                                      "close"])
     # overlap=False: each round exchanges before it runs, none split
     log.clear()
-    path, split = _run._session_rounds(d, pads, plan, Link(), w, 2, 2,
-                                       "wrap", 0.0, "cuda", times,
-                                       overlap=False)
-    assert split is False
+    path, split, bands = _run._session_rounds(d, pads, plan, Link(), w, 2,
+                                              2, "wrap", 0.0, "cuda", times,
+                                              overlap=False)
+    assert split is False and bands is None
     assert log == ["exchange", ("run", None), "exchange", ("last", None),
                    "close"]
     # an axis besides axis 0 exchanges: its slabs hold every plane

@@ -292,6 +292,13 @@ cs_cuda_session_wait_bands(cs_cuda_session *x, char *err, size_t err_len);
 cs_status
 cs_cuda_session_exchanged(cs_cuda_session *x, char *err, size_t err_len);
 
+/* How a split round's bands run: "lead" (the first blocks of their
+   pass's launch, counted in memory) or "apart" (launches of their own:
+   CONVSTENCIL_SPLIT_BANDS=apart, a driver without stream waits on
+   memory, or one that refused one). */
+const char *
+cs_cuda_session_bands(const cs_cuda_session *x);
+
 /* The path the session's plan runs ("tensor-core" or "cuda-core"). */
 const char *
 cs_cuda_session_path(const cs_cuda_session *x);

@@ -625,6 +625,12 @@ cs_cuda_session_exchanged(cs_cuda_session *x, char *err, size_t err_len)
 }
 
 const char *
+cs_cuda_session_bands(const cs_cuda_session *x)
+{
+    return x->wait_value != NULL ? "lead" : "apart";
+}
+
+const char *
 cs_cuda_session_path(const cs_cuda_session *x)
 {
     return x->plan.path == CS_CUDA_PATH_TENSOR_CORE ? "tensor-core"

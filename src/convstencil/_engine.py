@@ -361,6 +361,12 @@ def session_view(handle, ndim):
     return ptr, tuple(strides[lead:]), tuple(shape[lead:])
 
 
+def session_bands(handle):
+    """How a split round's bands run: "lead" (the first blocks of their
+    pass's launch) or "apart" (launches of their own)."""
+    return _core.session_bands(handle)
+
+
 def session_halo(handle):
     """The halo widths (z, y, x) around the session's current grid."""
     return tuple(_core.session_halo(handle))

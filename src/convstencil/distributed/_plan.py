@@ -124,12 +124,17 @@ def _check_halo_steps(halo_steps):
 def _ghosted_axes(d, radii, periodic, self_exchange=False):
     """Axes that get ghost layers: split axes.  An unsplit axis is whole
     on every rank, so the engine's own boundary mode is exact along it
-    (wrap too: it wraps the whole axis); with `self_exchange` an unsplit
-    periodic axis at least r wide exchanges with the rank itself instead
-    (the same result, through the transport: for testing transports)."""
-    return tuple(r > 0 and (p > 1 or (periodic and self_exchange
-                                      and n >= r))
-                 for r, p, n in zip(radii, d.dims, d.shape))
+    (wrap too: it wraps the whole axis); with `self_exchange` (True: every
+    axis; else a tuple of axes) an unsplit periodic axis at least r wide
+    exchanges with the rank itself instead (the same result, through the
+    transport: for testing transports, and for one GPU's rounds as a
+    slab's)."""
+    def selfed(axis):
+        return (self_exchange is True
+                or (self_exchange not in (False, None)
+                    and axis in self_exchange))
+    return tuple(r > 0 and (p > 1 or (periodic and selfed(a) and n >= r))
+                 for a, (r, p, n) in enumerate(zip(radii, d.dims, d.shape)))
 
 
 def max_halo_steps(d, radii, ghosted):

@@ -33,7 +33,9 @@ def info(d=None):
     that no rank failed, where a rank that finished early waits for the
     others), seconds, backend, path, device (the GPU holding the block,
     None for host blocks), session (whether the rounds ran in an engine
-    session), setup_seconds (from the call to the first round: the
+    session), split_bands (where rounds split: "lead", their bands the
+    first blocks of the last pass's launch, or "apart", launches of their
+    own; else None), setup_seconds (from the call to the first round: the
     checks, the plan, the padded blocks, the transport), load_seconds
     (of those: taking the padded blocks and copying the block in), the
     exchange's parts (device blocks): exchange_pack_seconds,
@@ -78,6 +80,22 @@ def _resolve(d, stencil, weights, steps, mode, cval, backend, transport):
     return w, steps, mode, cval, name, transport
 
 
+def _self_exchange_axes(value, ndim):
+    """apply()'s self_exchange: True, False, or a tuple of axes."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    try:
+        axes = tuple(int(a) for a in value)
+    except (TypeError, ValueError):
+        raise TypeError("self_exchange is True, False or a sequence of "
+                        "axes, got %r" % (value,)) from None
+    for a in axes:
+        if not 0 <= a < ndim:
+            raise ValueError("self_exchange: axis %d is not one of the "
+                             "grid's %d" % (a, ndim))
+    return axes
+
+
 def _same_everywhere(comm, args, halo_steps):
     """Ranks that disagree on the arguments would wait on each other in
     different exchanges: refuse on every rank instead."""
@@ -116,7 +134,9 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     needs no exchange (the engine's own mode is exact along a whole
     axis, wrap included); `self_exchange=True` makes a periodic one
     exchange with the rank itself through the transport all the same
-    (the same result: for testing a transport on one rank).
+    (the same result: for testing a transport on one rank), and a tuple
+    of axes makes those do so (`(0,)`: one GPU's rounds as a slab's,
+    split where a slab's would be).
 
     `overlap` (host blocks): compute the deep interior of the block,
     which needs no ghost cell, while the first split axis's ghosts are
@@ -137,7 +157,7 @@ def apply(d, stencil=None, *, weights=None, steps=1, mode="constant",
     agree(comm, use_device, d)
     args = agree(comm, _resolve, d, stencil, weights, steps, mode, cval,
                  backend, transport)
-    self_exchange = bool(self_exchange)
+    self_exchange = agree(comm, _self_exchange_axes, self_exchange, d.ndim)
     agree(comm, _same_everywhere, comm, args,
           (halo_steps, self_exchange, overlap))
     w, steps, mode, cval, name, transport = args
@@ -411,9 +431,10 @@ def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
     the session's grid, and the exchanges fill its ghosts: the first
     before the first round, the others beside the round before where
     `overlap` (split_bands), else before their round); the last round
-    writes the result into pads[1].  Returns (the engine's path, whether a round was split),
-    or None where a value was not finite on some rank: the caller then
-    runs the rounds again without a session."""
+    writes the result into pads[1].  Returns (the engine's path, whether
+    a round was split, how its bands ran: _engine.session_bands, None
+    where none split), or None where a value was not finite on some rank:
+    the caller then runs the rounds again without a session."""
     comm = d.comm
     # a session left open by an exception is freed with its handle
     session = agree(comm, _Session, plan.padded_shape, d.local,
@@ -451,11 +472,12 @@ def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
         ghosts_sent = queue is not None
         _vote(comm, failure, times)
     t0 = time.perf_counter()
+    bands_ran = _engine.session_bands(session.handle) if split else None
     nonfinite = agree(comm, session.close, pads[1])
     times["compute"] += time.perf_counter() - t0
     if comm.allreduce(int(nonfinite), op=MPI.MAX):
         return None
-    return session.path, split
+    return session.path, split, bands_ran
 
 
 def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session,
@@ -472,13 +494,14 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session,
     start = time.perf_counter()
     done = 0
     session = split = False
+    bands_ran = None
     if use_session:
         whole = steps // k
         ran = _session_rounds(d, pads, plan, link, w, k, whole, mode, cval,
                               name, times, device_overlap)
         if ran is not None:
             session = True
-            engine.path, split = ran
+            engine.path, split, bands_ran = ran
             rounds, cur, done = whole, 1, whole * k
         else:
             # NaN or infinity met: every round again, each a call of its
@@ -513,6 +536,7 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session,
                 1 if not overlap
                 else len(pieces[1]) + (pieces[0] is not None)),
             "session": session,
+            "split_bands": bands_ran,
             "seconds": time.perf_counter() - start, "backend": name,
             "path": engine.path, "steps": steps, "mode": mode,
             "dims": d.dims, "ranks": comm_size,
