@@ -344,6 +344,29 @@ typedef struct cs_lead_bands {
     unsigned arrivals;   /* set by the launch */
 } cs_lead_bands;
 
+/* A split pass's bands into a launch's parameters p (tb2d's, tb3d's: the
+   fields lead_count, lead and lead_done; none where lead is NULL): ranges
+   inside [0, n) outside the window [lo, hi); *ok cleared otherwise. */
+template <class Params>
+static inline void
+cs_lead_params(Params *p, const cs_lead_bands *lead, ptrdiff_t n,
+               ptrdiff_t lo, ptrdiff_t hi, int *ok)
+{
+    if (lead == NULL) {
+        return;
+    }
+    *ok = *ok && lead->count >= 1 && lead->count <= 2
+          && lead->done != NULL;
+    for (int b = 0; *ok && b < lead->count; b++) {
+        const ptrdiff_t a = lead->at[b][0], z = lead->at[b][1];
+        *ok = a >= 0 && a < z && z <= n && (z <= lo || a >= hi);
+        p->lead[b][0] = a;
+        p->lead[b][1] = z;
+    }
+    p->lead_count = lead->count;
+    p->lead_done = lead->done;
+}
+
 /*
  * `depth` (1..cs_tb2d_max_depth) steps of a planar 3 x 3 kernel or a
  * planar plus of side 5 or 7 on every plane of `in` into `out`,

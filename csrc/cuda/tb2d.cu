@@ -104,28 +104,6 @@ tbs_dispatch(cs_cuda_ctx *ctx, tbs_params *p, int side, int depth, int shape)
     }
 }
 
-/* A split pass's bands into p (none where lead is NULL): ranges of
-   whole rows inside the plane, outside the window; *ok cleared
-   otherwise. */
-static void
-lead_params(tbs_params *p, const cs_lead_bands *lead, ptrdiff_t ny, int *ok)
-{
-    if (lead == NULL) {
-        return;
-    }
-    *ok = *ok && lead->count >= 1 && lead->count <= 2
-          && lead->done != NULL;
-    for (int b = 0; *ok && b < lead->count; b++) {
-        const ptrdiff_t lo = lead->at[b][0], hi = lead->at[b][1];
-        *ok = lo >= 0 && lo < hi && hi <= ny
-              && (hi <= p->y_lo || lo >= p->y_hi);
-        p->lead[b][0] = lo;
-        p->lead[b][1] = hi;
-    }
-    p->lead_count = lead->count;
-    p->lead_done = lead->done;
-}
-
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
@@ -150,7 +128,7 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.y_lo = window != NULL ? window[0] : 0;
     p.y_hi = window != NULL ? window[1] : in->n[1];
     ok = ok && p.y_lo >= 0 && p.y_lo < p.y_hi && p.y_hi <= in->n[1];
-    lead_params(&p, lead, in->n[1], &ok);
+    cs_lead_params(&p, lead, in->n[1], p.y_lo, p.y_hi, &ok);
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tb2d_pass: invalid grids, kernel or "
                              "depth");

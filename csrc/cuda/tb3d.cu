@@ -891,28 +891,6 @@ tb3_dispatch(cs_cuda_ctx *ctx, tb3_params *p, int depth, bool flags)
                                                                     depth);
 }
 
-/* A split pass's bands into p (none where lead is NULL): ranges of
-   whole planes inside the grid, outside the window; *ok cleared
-   otherwise. */
-static void
-lead_params(tb3_params *p, const cs_lead_bands *lead, ptrdiff_t nz, int *ok)
-{
-    if (lead == NULL) {
-        return;
-    }
-    *ok = *ok && lead->count >= 1 && lead->count <= 2
-          && lead->done != NULL;
-    for (int b = 0; *ok && b < lead->count; b++) {
-        const ptrdiff_t lo = lead->at[b][0], hi = lead->at[b][1];
-        *ok = lo >= 0 && lo < hi && hi <= nz
-              && (hi <= p->z_lo || lo >= p->z_hi);
-        p->lead[b][0] = lo;
-        p->lead[b][1] = hi;
-    }
-    p->lead_count = lead->count;
-    p->lead_done = lead->done;
-}
-
 cs_status
 cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
@@ -932,7 +910,7 @@ cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.z_lo = window != NULL ? window[0] : 0;
     p.z_hi = window != NULL ? window[1] : in->n[0];
     ok = ok && p.z_lo >= 0 && p.z_lo < p.z_hi && p.z_hi <= in->n[0];
-    lead_params(&p, lead, in->n[0], &ok);
+    cs_lead_params(&p, lead, in->n[0], p.z_lo, p.z_hi, &ok);
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tb3d_pass: invalid grids, kernel or "
                              "depth");
