@@ -1,9 +1,9 @@
 """Small cases that launch every GPU kernel once, for compute-sanitizer.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 \\
-        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold|onestep|scheme]
+        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold|onestep|scheme|split]
     compute-sanitizer --tool racecheck --error-exitcode 1 \\
-        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold|onestep|scheme]
+        python tests/gpu_sanitize_cases.py [tb2d|tb3d|fold|onestep|scheme|split]
 
 ("tb2d", ...: those cases alone; "onestep" and "scheme" need CuPy.)
 Covers the tensor-core kernels (tc2d, tc1d, and tc3d with dense, point
@@ -162,6 +162,7 @@ def main():
     ok &= device_array_cases(rng)
     ok &= fold_array_cases(rng)
     ok &= session_cases(rng)
+    ok &= split_cases(rng)
     print("all ok" if ok else "FAILURES")
     return 0 if ok else 1
 
@@ -345,6 +346,49 @@ def session_cases(rng):
     return ok
 
 
+def split_cases(rng):
+    """A session's split rounds (session.cu's split_pass: the bands
+    leading the last pass's launch, counted in memory and waited for
+    with cuStreamWaitValue32, or apart with CONVSTENCIL_SPLIT_BANDS=apart
+    set in the environment), the last round writing the result
+    (session_run's out); tb2d and tb3d, against the CPU engine."""
+    from convstencil import _core, _device, _engine
+    ok = True
+    for name, shape in (("heat2d", (45, 139)), ("star2d13p", (52, 70)),
+                        ("heat3d", (14, 9, 10)), ("box3d27p", (13, 8, 9))):
+        w = cs.Stencil(name).weights
+        host = rng.standard_normal(shape)
+        grid = _device.DeviceArray(shape)
+        _core.to_device(grid.ptr, host)
+        lead = 3 - len(shape)
+        strides = (0,) * lead + tuple(
+            int(8 * np.prod(shape[a + 1:])) for a in range(len(shape)))
+        k, mode = 3, "wrap"
+        bands = (k * (w.shape[0] // 2),) * 2
+        session, _ = _core.session_open(
+            grid.ptr, strides, (1,) * lead + shape, w, k,
+            _engine.MODE_CODES[mode], 0.5,
+            cs._backends.BACKEND_CODES["cuda-core"][1])
+        split = True
+        for _ in range(3):
+            split &= _core.session_run(session, bands)
+            _core.session_wait_bands(session)
+            _core.session_exchanged(session)
+        how = _core.session_bands(session)
+        out = _device.DeviceArray(shape)
+        _core.session_run(session, None, (out.ptr, strides))
+        nonfinite = _core.session_close(session, out.ptr, strides)
+        want = cs.apply(host, weights=w, steps=4 * k, mode=mode,
+                        backend="cpu")
+        err = np.linalg.norm(out.get() - want) / np.linalg.norm(want)
+        good = err <= 1e-12 and not nonfinite and split
+        print("%-4s split     %-5s %-9s grid %-10s rel %.2e" % (
+            "ok" if good else "FAIL", how, name,
+            "x".join(map(str, shape)), err))
+        ok &= good
+    return ok
+
+
 def onestep_cases(rng):
     """One step between float64 CuPy arrays (the one-step kernels: 1D,
     planar and 3D tiles, every preset and mode, grids that are not
@@ -421,7 +465,7 @@ def scheme_cases(rng):
 if __name__ == "__main__":
     alone = {"tb2d": tb2d_cases, "tb3d": tb3d_cases,
              "fold": fold_array_cases, "onestep": onestep_cases,
-             "scheme": scheme_cases}
+             "scheme": scheme_cases, "split": split_cases}
     if len(sys.argv) == 2 and sys.argv[1] in alone:  # one set alone
         set_ok = alone[sys.argv[1]](np.random.default_rng(2026))
         print("all ok" if set_ok else "FAILURES")
