@@ -99,7 +99,9 @@ def test_self_exchange_along_axis_0_splits_rounds(comm, shared_rng):
     so one GPU runs a slab's split rounds (the bands first, the copy
     beside the interior)."""
     csd = _csd()
-    u = shared_rng.random((24, 20))
+    # 20 rows a rank: tb2d's windows (16 rows at least, ghosts included)
+    # and an interior between the two bands of 3 rows
+    u = shared_rng.random((20 * comm.Get_size(), 20))
     d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
                     backend="cuda", dims=(comm.Get_size(), 1))
     out = csd.apply(d, "heat2d", steps=12, mode="wrap", halo_steps=3,
