@@ -756,16 +756,8 @@ def _provenance(names):
     prov = common.provenance(device)
     prov["gpus"] = len(names)
     prov["mpi"] = common.mpi_version()
-    prov["environment"] = dict(NO_MULTICAST, **_knobs())
+    prov["environment"] = dict(NO_MULTICAST, **common.engine_switches())
     return prov
-
-
-def _knobs():
-    """The engine's CONVSTENCIL_* switches set for the run (the ranks
-    inherit them), e.g. CONVSTENCIL_SPLIT_BANDS=apart."""
-    return {k: v for k, v in sorted(os.environ.items())
-            if k.startswith("CONVSTENCIL_") and k not in (
-                "CONVSTENCIL_COMMIT", "CONVSTENCIL_RESULTS_DIR")}
 
 
 def _record_provenance(prov):
@@ -790,8 +782,8 @@ def save(stem, prov, names, topology, records, text):
             "launch, on every GPU at once, the slowest GPU's median\n\n"
             % (prov["device"], common.provenance_sentence(prov),
                len(names), ", ".join(names), _transports(records),
-               " ".join("%s=%s" % kv for kv in dict(NO_MULTICAST,
-                                                     **_knobs()).items()),
+               " ".join("%s=%s" % kv for kv in dict(
+                   NO_MULTICAST, **common.engine_switches()).items()),
                prov["mpi"]))
     if topology:
         head += "`nvidia-smi topo -m`:\n\n```\n%s\n```\n\n" % topology

@@ -140,6 +140,15 @@ def commit():
         return "unknown"
 
 
+def engine_switches():
+    """The engine's CONVSTENCIL_* switches set for a run (an MPI launch's
+    ranks inherit them), e.g. CONVSTENCIL_SPLIT_BANDS=apart; not the
+    harness's own (the commit, the results folder)."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith("CONVSTENCIL_") and k not in (
+                "CONVSTENCIL_COMMIT", "CONVSTENCIL_RESULTS_DIR")}
+
+
 def provenance(device):
     return {"device": device,
             "date": datetime.datetime.now(datetime.timezone.utc)

@@ -305,8 +305,8 @@ def main():
                   os.environ.get("CONVSTENCIL_COMMIT", "unknown"),
                   comm.Get_size(), " ".join(sys.argv[1:]),
                   json.dumps(infos)))
-    knobs = {k: v for k, v in sorted(os.environ.items())
-             if k.startswith("CONVSTENCIL_") and k != "CONVSTENCIL_COMMIT"}
+    import common  # benchmarks/, the script's folder
+    knobs = common.engine_switches()
     if knobs:
         header += "\n\nEnvironment: %s." % ", ".join(
             "%s=%s" % kv for kv in knobs.items())

@@ -295,28 +295,38 @@ def fold_array_cases(rng):
     return ok
 
 
+def open_session(rng, name, shape, k, mode, backend):
+    """(the random host grid, a session opened on its copy on the GPU,
+    its byte strides, the engine's 3D view's leading axes)."""
+    from convstencil import _core, _device, _engine
+    w = cs.Stencil(name).weights
+    host = rng.standard_normal(shape)
+    grid = _device.DeviceArray(shape)
+    _core.to_device(grid.ptr, host)
+    lead = 3 - len(shape)
+    strides = (0,) * lead + tuple(
+        int(8 * np.prod(shape[a + 1:])) for a in range(len(shape)))
+    session, _ = _core.session_open(
+        grid.ptr, strides, (1,) * lead + shape, w, k,
+        _engine.MODE_CODES[mode], 0.5,
+        cs._backends.BACKEND_CODES[backend][1])
+    return host, session, strides, lead
+
+
 def session_cases(rng):
     """Engine sessions (session.cu): rounds of k steps on a device grid,
     the grid's first two rows read out and overwritten between the
     rounds, against the CPU engine doing the same."""
-    from convstencil import _core, _device, _engine
+    from convstencil import _core, _device
     ok = True
     for name, shape, backend in (("heat2d", (45, 139), "cuda-tc"),
                                  ("box2d49p", (40, 70), "cuda-tc"),
                                  ("heat2d", (45, 139), "cuda-core"),
                                  ("heat3d", (12, 20, 33), "cuda")):
         w = cs.Stencil(name).weights
-        host = rng.standard_normal(shape)
-        grid = _device.DeviceArray(shape)
-        _core.to_device(grid.ptr, host)
-        lead = 3 - len(shape)
-        strides = (0,) * lead + tuple(
-            int(8 * np.prod(shape[a + 1:])) for a in range(len(shape)))
         k, rounds, mode = 3, 2, "wrap"
-        session, _ = _core.session_open(
-            grid.ptr, strides, (1,) * lead + shape, w, k,
-            _engine.MODE_CODES[mode], 0.5,
-            cs._backends.BACKEND_CODES[backend][1])
+        host, session, strides, lead = open_session(rng, name, shape, k,
+                                                    mode, backend)
         want = host
         box_shape = (2,) + shape[1:]
         starts, sizes = (0,) * 3, (1,) * lead + box_shape
@@ -352,23 +362,15 @@ def split_cases(rng):
     with cuStreamWaitValue32, or apart with CONVSTENCIL_SPLIT_BANDS=apart
     set in the environment), the last round writing the result
     (session_run's out); tb2d and tb3d, against the CPU engine."""
-    from convstencil import _core, _device, _engine
+    from convstencil import _core, _device
     ok = True
     for name, shape in (("heat2d", (45, 139)), ("star2d13p", (52, 70)),
                         ("heat3d", (14, 9, 10)), ("box3d27p", (13, 8, 9))):
         w = cs.Stencil(name).weights
-        host = rng.standard_normal(shape)
-        grid = _device.DeviceArray(shape)
-        _core.to_device(grid.ptr, host)
-        lead = 3 - len(shape)
-        strides = (0,) * lead + tuple(
-            int(8 * np.prod(shape[a + 1:])) for a in range(len(shape)))
         k, mode = 3, "wrap"
         bands = (k * (w.shape[0] // 2),) * 2
-        session, _ = _core.session_open(
-            grid.ptr, strides, (1,) * lead + shape, w, k,
-            _engine.MODE_CODES[mode], 0.5,
-            cs._backends.BACKEND_CODES["cuda-core"][1])
+        host, session, strides, _ = open_session(rng, name, shape, k, mode,
+                                                 "cuda-core")
         split = True
         for _ in range(3):
             split &= _core.session_run(session, bands)

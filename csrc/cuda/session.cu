@@ -69,10 +69,9 @@ struct cs_cuda_session {
     cudaEvent_t bands_written;    /* on the exchange stream: what it sends
                                      is written */
     /* a split last pass (split_pass) whose bands lead its launch: the
-       count they add to (the lane's flag 2), the value the exchange
-       stream waits for it to reach, and the driver's wait; NULL: the
-       bands run apart (split_apart), each on a stream of its own */
-    unsigned *band_count;
+       value the exchange stream waits for their count (band_count) to
+       reach, and the driver's wait; NULL: the bands run apart
+       (split_apart), each on a stream of its own */
     unsigned band_target;
     stream_wait_fn wait_value;
     cudaStream_t band_stream[2];
@@ -81,6 +80,13 @@ struct cs_cuda_session {
     const void *result_at; /* the array the last round wrote its result
                               into (cs_cuda_session_run's out), or NULL */
 };
+
+/* The count a split pass's leading bands add to: the lane's flag 2. */
+static unsigned *
+band_count(const cs_cuda_session *x)
+{
+    return (unsigned *)(x->s.lane->flags + 2);
+}
 
 /* Point the session's context at this call's message buffer. */
 static cs_cuda_ctx *
@@ -268,7 +274,6 @@ cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
                    cudaMemsetAsync(x->s.lane->flags, 0, 3 * sizeof(int),
                                    ctx->stream),
                    "cudaMemsetAsync (session flags)");
-        x->band_count = (unsigned *)(x->s.lane->flags + 2);
         /* (images before sm_90 run checked kernels only, which tb3d's
            bands have not) */
         x->wait_value = cs_cuda_checked_only(ctx) ? NULL
@@ -358,12 +363,12 @@ split_lead(cs_cuda_session *x, cs_cuda_ctx *ctx, blocked_pass_fn run,
             lead.count++;
         }
     }
-    lead.done = x->band_count;
+    lead.done = band_count(x);
     CS_TRY(run(ctx, src, dst, &x->L.dk, depth, x->mode, x->cval, NULL, NULL,
                inner, &lead));
     x->band_target += lead.arrivals;
     const int r = x->wait_value(x->exchange_stream,
-                                (unsigned long long)(uintptr_t)x->band_count,
+                                (unsigned long long)(uintptr_t)lead.done,
                                 x->band_target, STREAM_WAIT_VALUE_GEQ);
     if (r != 0) {
         x->wait_value = NULL;
