@@ -652,7 +652,7 @@ open_session(PyObject *capsule)
 
 PyDoc_STRVAR(session_open_doc,
 "session_open(in_ptr, in_strides, shape, weights, round_steps, mode,\n"
-"             cval, path[, at, box]) -> (session, path)\n"
+"             cval, path[, at, box[, ends]]) -> (session, path)\n"
 "\n"
 "Load the float64 device grid at in_ptr (byte strides and shape 3D,\n"
 "leading unit axes; 2D and 3D grids) into the engine's own layout, or\n"
@@ -660,8 +660,11 @@ PyDoc_STRVAR(session_open_doc,
 "a grid of `shape` (the rest the caller writes before a round), to\n"
 "be advanced in rounds of round_steps (session_run), read and written\n"
 "between rounds (session_view, session_copy) and stored once\n"
-"(session_close); `path` is the one its plan runs.  On the current\n"
-"device, which must stay current.");
+"(session_close); `path` is the one its plan runs.  With ends > 0, only\n"
+"that many planes (rows) at each end of the box along its first axis\n"
+"are loaded where the rounds can read the rest from in_ptr, which\n"
+"must then stay as it is until the first round is done.  On the\n"
+"current device, which must stay current.");
 
 static PyObject *
 session_open(PyObject *self, PyObject *args)
@@ -672,9 +675,11 @@ session_open(PyObject *self, PyObject *args)
     long steps;
     int mode, path;
     double cval;
-    if (!PyArg_ParseTuple(args, "KOOO!lidi|OO:session_open", &in_ptr,
+    Py_ssize_t ends = 0;
+    if (!PyArg_ParseTuple(args, "KOOO!lidi|OOn:session_open", &in_ptr,
                           &strides_obj, &shape_obj, &PyArray_Type, &weights,
-                          &steps, &mode, &cval, &path, &at_obj, &box_obj)) {
+                          &steps, &mode, &cval, &path, &at_obj, &box_obj,
+                          &ends)) {
         return NULL;
     }
 #ifdef CS_HAVE_CUDA
@@ -692,9 +697,10 @@ session_open(PyObject *self, PyObject *args)
         memcpy(box_ext, shape, sizeof(box_ext));
     }
     if (steps < 1 || mode < 0 || mode >= CS_MODE_COUNT || shape[0] < 1
-        || shape[1] < 1 || shape[2] < 1) {
+        || shape[1] < 1 || shape[2] < 1 || ends < 0) {
         PyErr_SetString(PyExc_ValueError, "round_steps < 1, an unknown "
-                                          "mode, or an empty shape");
+                                          "mode, an empty shape or ends "
+                                          "< 0");
         return NULL;
     }
     cs_kernel kernel = {0};
@@ -714,7 +720,8 @@ session_open(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     status = cs_cuda_session_open(&in, shape, at, box_ext, &kernel,
                                   (cs_mode)mode, cval, steps,
-                                  (cs_cuda_path)path, &box->x, detail,
+                                  (cs_cuda_path)path, (ptrdiff_t)ends,
+                                  &box->x, detail,
                                   sizeof(detail));
     Py_END_ALLOW_THREADS
     cs_kernel_free(&kernel);

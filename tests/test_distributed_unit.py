@@ -492,8 +492,8 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
             return getattr(_core, name)
 
         def session_open(self, ptr, strides, shape, w, k, mode, cval, path,
-                         at, box):
-            log.append(("open", ptr, strides, shape, k, at, box))
+                         at, box, ends):
+            log.append(("open", ptr, strides, shape, k, at, box, ends))
             return "handle", "cuda-core"
 
         def session_view(self, handle):
@@ -531,7 +531,7 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
     d = types.SimpleNamespace(comm=_OneRank(), local=block)
     # no exchanging axis to split the rounds for
     plan = types.SimpleNamespace(padded_shape=(12, 30), owned_starts=(1, 0),
-                                 axes=[])
+                                 axes=[], depth=(1, 0))
     w = convstencil.Stencil("heat2d").weights
     times = dict(exchange=0.0, compute=0.0, vote=0.0)
     nonfinite = [False]
@@ -539,8 +539,9 @@ def test_session_rounds_drive_an_engine_session(monkeypatch):
                                               2, "wrap", 0.0, "cuda", times)
     assert path == "cuda-core"  # the engine's word for its plan
     assert split is False and bands is None
+    # only the planes the first exchange sends are loaded
     assert log[0] == ("open", 100, (0, 240, 8), (1, 12, 30), 3, (0, 1, 0),
-                      (1, 10, 30))
+                      (1, 10, 30), 1)
     exchange = [("get", (0, 2, 0), (1, 2, 30), 7),
                 ("put", (0, 0, 0), (1, 2, 30), 8)]
     # the last round writes its result into pads[1] itself; close is
@@ -572,7 +573,7 @@ def test_split_rounds_exchange_beside_the_last_pass(monkeypatch, queues):
             return getattr(_core, name)
 
         def session_open(self, ptr, strides, shape, w, k, mode, cval, path,
-                         at, box):
+                         at, box, ends):
             return "handle", "cuda-core"
 
         def session_view(self, handle):

@@ -51,12 +51,18 @@ def device_array(host):
 class Session:
     """The calls convstencil.distributed makes (its _run._Session)."""
 
-    def __init__(self, grid, w, k, mode, cval=0.0, path="auto"):
+    def __init__(self, grid, w, k, mode, cval=0.0, path="auto", padded=None,
+                 at=None, ends=0):
+        """A session on `grid`, or with `padded` on a grid of that shape
+        with `grid` (the block) at `at`, loaded at its ends only where
+        ends > 0 (the first round reads the rest from `grid`)."""
         self.ndim = len(grid.shape)
+        shape = grid.shape if padded is None else padded
+        at = (0,) * self.ndim if at is None else at
         self.handle, self.path = _core.session_open(
-            grid.ptr, lead3(c_strides(grid.shape), 0), lead3(grid.shape, 1),
+            grid.ptr, lead3(c_strides(grid.shape), 0), lead3(shape, 1),
             np.ascontiguousarray(w, dtype=np.float64), k, MODES[mode], cval,
-            PATHS[path])
+            PATHS[path], lead3(at, 0), lead3(grid.shape, 1), ends)
 
     def view(self):
         """The current grid as a StridedCAI (its interior)."""
@@ -247,6 +253,106 @@ def test_split_rounds_equal_whole_ones(name, shape, mode, bands, rng,
     np.testing.assert_array_equal(got.get(), want.get())
     assert_close(got.get(), reference.apply(host, w, 4 * k, mode, 0.5),
                  dict(name=name, mode=mode, bands=bands))
+
+
+def ghosted_block(name, k, rng):
+    """(weights, ghost depth g, the padded shape, the block's place, the
+    block): a slab's block with g ghost planes (rows) on each side, as
+    the distributed layer opens its session on."""
+    w = cs.Stencil(name).weights
+    g = k * (w.shape[0] // 2)
+    plane = (17,) if w.ndim == 2 else (9, 8)
+    box = (3 * g + 1,) + plane
+    padded = (box[0] + 2 * g,) + plane
+    at = (g,) + (0,) * len(plane)
+    return w, g, padded, at, rng.uniform(-1, 1, box)
+
+
+def put_ghosts(s, g, padded, rng):
+    """A halo exchange's receive: both ghost slabs of session s."""
+    zeros = (0,) * (len(padded) - 1)
+    for start in (0, padded[0] - g):
+        s.put((start,) + zeros, rng.uniform(-1, 1, (g,) + padded[1:]))
+
+
+@pytest.mark.parametrize("name,k,mode", [
+    ("heat2d", 12, "wrap"), ("box2d9p", 10, "reflect"),
+    ("heat3d", 6, "wrap"), ("heat3d", 4, "nearest"),
+    ("box3d27p", 5, "constant")])
+def test_first_round_reads_the_block_loaded_at_its_ends(name, k, mode, rng):
+    """A session opened with ends (the distributed layer's: the planes its
+    first exchange sends) loads only those planes of the block, and the
+    first round's first pass reads the rest from the block itself: the
+    middle of the block, written here after the open, is what the first
+    round read.  Rounds with ghost slabs received between them, split and
+    whole, the last one writing the result, leave the bits of a session
+    loaded whole; the block is left as it was."""
+    w, g, padded, at, host = ghosted_block(name, k, rng)
+    block = device_array(host)
+    ends = Session(block, w, k, mode, 0.5, "cuda-core", padded, at, ends=g)
+    host[g:-g] = rng.uniform(-1, 1, host[g:-g].shape)
+    _core.to_device(block.ptr, host)
+    whole = Session(device_array(host), w, k, mode, 0.5, "cuda-core",
+                    padded, at)
+    results = []
+    for s in (ends, whole):
+        ghosts = np.random.default_rng(rng.seed)  # the same for both
+        for round_ in range(3):
+            put_ghosts(s, g, padded, ghosts)
+            if round_ < 2:
+                assert _core.session_run(s.handle, (g, g)) is True
+                _core.session_wait_bands(s.handle)
+                _core.session_exchanged(s.handle)
+        out = device_array(np.zeros(padded))
+        s.run(out)
+        assert s.close(out) is False
+        results.append(out.get())
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(block.get(), host)
+
+
+def test_block_loaded_at_its_ends_is_whole_for_copies_and_close(rng):
+    """Before the first round, a copy that reads the block's middle out of
+    the grid or writes into the block, and a close without a round, see
+    the block whole (the session loads the rest first); a value that is
+    not finite in the middle is reported (the first pass checks what it
+    reads)."""
+    k = 6
+    w, g, padded, at, host = ghosted_block("heat3d", k, rng)
+    mid = (g + 8, 0, 0)
+    # (each block stays alive until its session's first round or close)
+    block = device_array(host)
+    s = Session(block, w, k, "wrap", 0.0, "cuda-core", padded, at, ends=g)
+    np.testing.assert_array_equal(s.get(mid, (3, 9, 8)), host[8:11])
+    out = cs.DeviceArray(padded)
+    assert s.close(out) is False
+    np.testing.assert_array_equal(out.get()[g:-g], host)
+    # a close without a round stores the block whole
+    s = Session(block, w, k, "wrap", 0.0, "cuda-core", padded, at, ends=g)
+    out = cs.DeviceArray(padded)
+    assert s.close(out) is False
+    np.testing.assert_array_equal(out.get()[g:-g], host)
+    # a box written into the block before the first round is read by it
+    values = rng.uniform(-1, 1, (2, 9, 8))
+    results = []
+    for ends in (g, 0):
+        s = Session(block, w, k, "wrap", 0.0, "cuda-core", padded, at,
+                    ends=ends)
+        put_ghosts(s, g, padded, np.random.default_rng(3))
+        s.put(mid, values)
+        s.run()
+        out = cs.DeviceArray(padded)
+        assert s.close(out) is False
+        results.append(out.get()[g:-g])
+    np.testing.assert_array_equal(results[0], results[1])
+    # non-finite in the middle, which only the first pass reads
+    bad = host.copy()
+    bad[10, 4, 4] = np.nan
+    block = device_array(bad)
+    s = Session(block, w, k, "wrap", 0.0, "cuda-core", padded, at, ends=g)
+    put_ghosts(s, g, padded, rng)
+    s.run()
+    assert s.close(cs.DeviceArray(padded)) is True
 
 
 def test_nonfinite_is_reported_when_stored(rng):

@@ -254,12 +254,17 @@ typedef struct cs_cuda_session cs_cuda_session;
 
 /* The grid is `shape`; `in` (extents `box`) is loaded at `at` in it,
    the rest left for the caller to write before the first round (box =
-   shape, at = 0: the whole grid). */
+   shape, at = 0: the whole grid).  ends > 0: where the passes can, only
+   `ends` planes at each end of the box along the first axis (rows of a
+   2D grid) are loaded, and the first round reads the rest from `in`,
+   which must then stay as it is until that round is done; before it,
+   the box's other cells are in the grid for cs_cuda_session_copy (which
+   loads them first) but not through cs_cuda_session_view. */
 cs_status
 cs_cuda_session_open(const cs_darray *in, const ptrdiff_t shape[3],
                      const ptrdiff_t at[3], const ptrdiff_t box[3],
                      const cs_kernel *kernel, cs_mode mode, double cval,
-                     long round_steps, cs_cuda_path path,
+                     long round_steps, cs_cuda_path path, ptrdiff_t ends,
                      cs_cuda_session **out, char *err, size_t err_len);
 
 /* One round.  bands NULL: returns when it is done.  Else it is queued

@@ -332,7 +332,8 @@ blocked_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
 {
     cs_status (*const run)(cs_cuda_ctx *, const cs_dgrid *, const cs_dgrid *,
                            const cs_dkernel *, int, cs_mode, double, int *,
-                           int *, const ptrdiff_t *, cs_lead_bands *) =
+                           int *, const ptrdiff_t *, cs_lead_bands *,
+                           const cs_box_input *) =
         plan->pass == CS_PASS_TB3D ? cs_cuda_tb3d_pass : cs_cuda_tb2d_pass;
     const cs_fusion_plan *f = &plan->fusion;
     const long total = f->passes + (f->remainder > 0);
@@ -347,7 +348,7 @@ blocked_passes(cs_cuda_ctx *ctx, const cs_apply_state *s,
             last && between ? &ends->out : &L->g[(i + 1) % 2];
         CS_TRY(run(ctx, src, dst, &L->dk, depth, mode, cval,
                    first && flags ? flags + 0 : NULL,
-                   last && flags ? flags + 1 : NULL, NULL, NULL));
+                   last && flags ? flags + 1 : NULL, NULL, NULL, NULL));
     }
     *cur_out = (int)(total % 2);
     return CS_OK;

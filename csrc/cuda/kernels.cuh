@@ -368,6 +368,41 @@ cs_lead_params(Params *p, const cs_lead_bands *lead, ptrdiff_t n,
 }
 
 /*
+ * A pass's second input (tb2d on a single plane, tb3d; checked passes
+ * only: in_flag given): the rows of tb2d or planes of tb3d from `at` to
+ * at + grid.n[axis] - 1 along the windowed axis are read from `grid`
+ * (whose first row or plane is the input's `at`) instead of the input
+ * grid, the rest from that.  An engine session's first pass reads the
+ * caller's block so, its grid loaded at the block's ends only
+ * (session.cu).
+ */
+typedef struct cs_box_input {
+    cs_dgrid grid;
+    ptrdiff_t at;
+} cs_box_input;
+
+/* A second input into a launch's parameters p (tb2d's, tb3d's: box_in,
+   box_pitch, box_plane, box_lo, box_hi; none where box is NULL): `n`
+   the block's extent along the windowed axis, inside the input's
+   `extent`; *ok cleared otherwise. */
+template <class Params>
+static inline void
+cs_box_params(Params *p, const cs_box_input *box, ptrdiff_t n,
+              ptrdiff_t extent, int *ok)
+{
+    if (box == NULL) {
+        return;
+    }
+    *ok = *ok && box->grid.origin != NULL && box->at >= 0 && n >= 1
+          && box->at <= extent - n;
+    p->box_in = box->grid.origin;
+    p->box_pitch = box->grid.pitch;
+    p->box_plane = box->grid.plane;
+    p->box_lo = box->at;
+    p->box_hi = box->at + n;
+}
+
+/*
  * `depth` (1..cs_tb2d_max_depth) steps of a planar 3 x 3 kernel or a
  * planar plus of side 5 or 7 on every plane of `in` into `out`,
  * temporally blocked, exact at every boundary mode (the modes applied
@@ -382,26 +417,27 @@ cs_lead_params(Params *p, const cs_lead_bands *lead, ptrdiff_t n,
  * within its depth's reach of them); a row's value does not depend on
  * the window (an engine session's rounds: session.cu).  `lead` (NULL:
  * none; with a window): rows the launch writes besides the window,
- * first, and counts (cs_lead_bands).
+ * first, and counts (cs_lead_bands).  `box` (NULL: none; a single plane,
+ * with in_flag): rows read from a second input (cs_box_input).
  */
 cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
                   int *in_flag, int *out_flag, const ptrdiff_t window[2],
-                  cs_lead_bands *lead);
+                  cs_lead_bands *lead, const cs_box_input *box);
 
 /*
  * One pass of `depth` steps (1 to CS_TB3D_MAX_DEPTH) of a 3 x 3 x 3
  * kernel cs_tb3d_taps takes (a 7-point star, an outer product), in -> out
  * (tb3d.cu): cs_cuda_tb2d_pass's contract in 3D, on grids of at least
- * CS_TB3D_MIN_EXTENT cells along every axis; `window` and `lead`:
+ * CS_TB3D_MIN_EXTENT cells along every axis; `window`, `lead` and `box`:
  * planes.
  */
 cs_status
 cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
                   int *in_flag, int *out_flag, const ptrdiff_t window[2],
-                  cs_lead_bands *lead);
+                  cs_lead_bands *lead, const cs_box_input *box);
 
 /* ---- fused_band.cu ---------------------------------------------------- */
 

@@ -108,7 +108,7 @@ cs_status
 cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
                   int *in_flag, int *out_flag, const ptrdiff_t window[2],
-                  cs_lead_bands *lead)
+                  cs_lead_bands *lead, const cs_box_input *box)
 {
     const int side = k->size[2];
     tbs_params p;
@@ -129,6 +129,11 @@ cs_cuda_tb2d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.y_hi = window != NULL ? window[1] : in->n[1];
     ok = ok && p.y_lo >= 0 && p.y_lo < p.y_hi && p.y_hi <= in->n[1];
     cs_lead_params(&p, lead, in->n[1], p.y_lo, p.y_hi, &ok);
+    if (box != NULL) {
+        cs_box_params(&p, box, box->grid.n[1], in->n[1], &ok);
+        ok = ok && in_flag != NULL && in->n[0] == 1
+             && box->grid.n[0] == 1 && box->grid.n[2] == in->n[2];
+    }
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tb2d_pass: invalid grids, kernel or "
                              "depth");

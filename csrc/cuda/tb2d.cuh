@@ -33,6 +33,10 @@ typedef struct tbs_params {
     int lead_count;
     ptrdiff_t lead[2][2];
     unsigned *lead_done;
+    /* a second input (cs_box_input; FLAGS instances, one plane): rows
+       box_lo .. box_hi - 1 from box_in */
+    const double *box_in;
+    ptrdiff_t box_pitch, box_plane, box_lo, box_hi;
     cs_mode mode;
     double cval;
     double w[TS_MAX_SIDE * TS_MAX_SIDE]; /* side x side, row-major */

@@ -76,17 +76,29 @@ struct tbs_strip {
                          -1 inside */
 };
 
+/* Row `row` (inside the plane) of the strip's plane: the input's, or in
+   a checked pass (FLAGS) the second input's for its rows. */
+template <int V, bool FLAGS>
+static __device__ __forceinline__ const double *
+row_at(const tbs_params &p, const tbs_strip<V> &s, ptrdiff_t row)
+{
+    if (FLAGS && row >= p.box_lo && row < p.box_hi) {
+        return p.box_in + (row - p.box_lo) * p.box_pitch;
+    }
+    return s.src + row * p.in_pitch;
+}
+
 /* Start reading level-0 row `row` into this lane's V cells of a ring
    slot.  GENERAL: the row or some column of the strip lies outside the
    grid, and is read as the mode maps it (constant: cval, written now);
    otherwise the plain addresses. */
-template <int V, bool GENERAL>
+template <int V, bool GENERAL, bool FLAGS>
 static __device__ __forceinline__ void
 read_row(const tbs_params &p, const tbs_strip<V> &s, ptrdiff_t row,
          double *slot)
 {
     if (!GENERAL) {
-        const double *r = s.src + row * p.in_pitch + s.gx0;
+        const double *r = row_at<V, FLAGS>(p, s, row) + s.gx0;
 #pragma unroll
         for (int j = 0; j < V; j++) {
             cs_copy_async8(slot + j, r + j, true);
@@ -95,7 +107,7 @@ read_row(const tbs_params &p, const tbs_strip<V> &s, ptrdiff_t row,
     }
     const bool row_in = row >= 0 && row < p.ny;
     const ptrdiff_t m = row_in ? row : cs_extend_index(row, p.ny, p.mode);
-    const double *r = s.src + (m >= 0 ? m : 0) * p.in_pitch;
+    const double *r = row_at<V, FLAGS>(p, s, m >= 0 ? m : 0);
 #pragma unroll
     for (int j = 0; j < V; j++) {
         const ptrdiff_t g = s.gx0 + j;
@@ -356,7 +368,7 @@ stream_rows(const tbs_params &p, const tbs_strip<V> &s,
     for (ptrdiff_t r = r0; r < r1; r++) {
         const ptrdiff_t ahead = r + TS_RING - 1;
         if (ahead <= last) {
-            read_row<V, GENERAL_READ>(p, s, ahead,
+            read_row<V, GENERAL_READ, FLAGS>(p, s, ahead,
                                       ring + ((slot + TS_RING - 1) % TS_RING)
                                                  * SW);
         }
@@ -438,7 +450,8 @@ stream_strip(const tbs_params &p, const tbs_strip<V> &s, double *ring,
 #pragma unroll
     for (int i = 0; i < TS_RING - 1; i++) {
         if (first + i <= last) {
-            read_row<V, true>(p, s, first + i, ring + i * (32 * V));
+            read_row<V, true, FLAGS>(p, s, first + i,
+                                     ring + i * (32 * V));
         }
         cs_copy_commit();
     }

@@ -58,6 +58,10 @@ typedef struct tb3_params {
     int lead_count;
     ptrdiff_t lead[2][2];
     unsigned *lead_done;
+    /* a second input (cs_box_input; FLAGS instances): planes box_lo ..
+       box_hi - 1 from box_in */
+    const double *box_in;
+    ptrdiff_t box_pitch, box_plane, box_lo, box_hi;
     int shared_doubles; /* the block's shared planes (cs_tb3d_smem_bytes):
                            a star's levels share a barrier, so each has
                            its own pair; an outer product's levels take
@@ -84,7 +88,9 @@ struct tb3_cells {
     ptrdiff_t oy, ox; /* grid coordinates of tile cell (0, 0) */
     int y0, x0;
     /* edge tiles only (packed: the registers are scarce) */
-    ptrdiff_t row[T3_CY]; /* offset of the row each own row loads */
+    ptrdiff_t row[T3_CY]; /* offset of the row each own row loads (FLAGS
+                             instances: its index, the pitch the
+                             plane's: plane_at) */
     ptrdiff_t col[T3_V];  /* the column each own column loads */
     t3_rows rows;         /* byte c: the shared-plane row read above own
                              row c; byte T3_CY + c: below it */
@@ -133,6 +139,7 @@ neighbour_row(const tb3_params &p, const tb3_cells &cl, ptrdiff_t reader,
  * in this lane or the next, and in-grid rows read the rows that outside
  * rows map to.
  */
+template <bool FLAGS>
 static __device__ __forceinline__ void
 edge_maps(const tb3_params &p, tb3_cells &cl)
 {
@@ -144,7 +151,7 @@ edge_maps(const tb3_params &p, tb3_cells &cl)
     for (int c = 0; c < T3_CY; c++) {
         const ptrdiff_t gy = cl.oy + cl.y0 + c;
         const ptrdiff_t m = cs_extend_index(gy, p.ny, p.mode);
-        cl.row[c] = (m < 0 ? 0 : m) * p.in_pitch;
+        cl.row[c] = (m < 0 ? 0 : m) * (FLAGS ? 1 : p.in_pitch);
         cl.rows |= (t3_rows)neighbour_row(p, cl, gy, gy - 1) << (8 * c);
         cl.rows |= (t3_rows)neighbour_row(p, cl, gy, gy + 1)
                    << (8 * (T3_CY + c));
@@ -199,11 +206,25 @@ keep_outside(const tb3_params &p, const tb3_cells &cl,
     }
 }
 
+/* Plane z's first cell and *pitch its rows' pitch: the input's, or in
+   a checked pass (FLAGS) the second input's for its planes. */
+template <bool FLAGS>
+static __device__ __forceinline__ const double *
+plane_at(const tb3_params &p, ptrdiff_t z, ptrdiff_t *pitch)
+{
+    if (FLAGS && z >= p.box_lo && z < p.box_hi) {
+        *pitch = p.box_pitch;
+        return p.box_in + (z - p.box_lo) * p.box_plane;
+    }
+    *pitch = p.in_pitch;
+    return p.in + z * p.in_plane;
+}
+
 /* Plane r's own cells (interior tiles: from in_off, the first one's
-   offset in a plane; edge tiles: as edge_maps says); a plane beyond the
-   top or bottom: wrap's periodic plane, otherwise any (the step replaces
-   it). */
-template <int EDGE>
+   offset in a plane of the input (FLAGS: found from the plane's pitch);
+   edge tiles: as edge_maps says); a plane beyond the top or bottom:
+   wrap's periodic plane, otherwise any (the step replaces it). */
+template <int EDGE, bool FLAGS>
 static __device__ __forceinline__ void
 load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
            ptrdiff_t r, double (&v)[T3_CY][T3_V])
@@ -213,14 +234,17 @@ load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
         z = p.mode == CS_MODE_WRAP ? cs_positive_mod(r, p.nz)
                                    : (r < 0 ? 0 : p.nz - 1);
     }
-    const double *plane = p.in + z * p.in_plane;
+    ptrdiff_t pitch;
+    const double *plane = plane_at<FLAGS>(p, z, &pitch);
     if constexpr (EDGE == T3_INSIDE) {
-        const double *src = plane + in_off;
+        const double *src =
+            FLAGS ? plane + (cl.oy + cl.y0) * pitch + cl.ox + cl.x0
+                  : plane + in_off;
 #pragma unroll
         for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
             for (int j = 0; j < T3_V; j++) {
-                v[c][j] = src[c * p.in_pitch + j];
+                v[c][j] = src[c * pitch + j];
             }
         }
     } else {
@@ -228,7 +252,8 @@ load_plane(const tb3_params &p, const tb3_cells &cl, ptrdiff_t in_off,
         for (int c = 0; c < T3_CY; c++) {
 #pragma unroll
             for (int j = 0; j < T3_V; j++) {
-                v[c][j] = plane[cl.row[c] + cl.col[j]];
+                v[c][j] = plane[(FLAGS ? cl.row[c] * pitch : cl.row[c])
+                                + cl.col[j]];
             }
         }
     }
@@ -623,7 +648,7 @@ stream_planes(const tb3_params &p, const tb3_cells &cl, tb3_stream<T> &st,
             }
         }
         if (r + 1 <= last) {
-            load_plane<EDGE>(p, cl, st.in_off, r + 1, st.next);
+            load_plane<EDGE, FLAGS>(p, cl, st.in_off, r + 1, st.next);
         }
         if constexpr (SHAPE == T3_STAR) {
             star_plane<T, EDGE, ZEDGE>(p, cl, a, st.P, r, S, st.buf);
@@ -695,7 +720,7 @@ stream_tile(const tb3_params &p, const tb3_cells &cl, ptrdiff_t z0,
     st.in_exp = st.out_exp = 0;
     st.buf = 0;
     const ptrdiff_t first = z0 - T, last = z1 - 1 + T;
-    load_plane<EDGE>(p, cl, st.in_off, first, st.next);
+    load_plane<EDGE, FLAGS>(p, cl, st.in_off, first, st.next);
     if (p.mode == CS_MODE_WRAP) { /* every plane a real plane */
         stream_planes<T, SHAPE, FLAGS, EDGE, false>(p, cl, st, first,
                                                     last + 1, last, z0, z1,
@@ -764,7 +789,7 @@ tb3d_body(const tb3_params p)
         stream_tile<T, SHAPE, FLAGS, T3_INSIDE>(p, cl, z0, z1, sy, sx, S,
                                                 bad);
     } else {
-        edge_maps(p, cl);
+        edge_maps<FLAGS>(p, cl);
         const bool plain_rows = rows_inside || p.mode == CS_MODE_CONSTANT
                                 || p.mode == CS_MODE_WRAP;
         /* the outer product keeps one edge variant: with a second its
@@ -895,7 +920,7 @@ cs_status
 cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
                   const cs_dkernel *k, int depth, cs_mode mode, double cval,
                   int *in_flag, int *out_flag, const ptrdiff_t window[2],
-                  cs_lead_bands *lead)
+                  cs_lead_bands *lead, const cs_box_input *box)
 {
     tb3_params p;
     memset(&p, 0, sizeof(p));
@@ -911,6 +936,11 @@ cs_cuda_tb3d_pass(cs_cuda_ctx *ctx, const cs_dgrid *in, const cs_dgrid *out,
     p.z_hi = window != NULL ? window[1] : in->n[0];
     ok = ok && p.z_lo >= 0 && p.z_lo < p.z_hi && p.z_hi <= in->n[0];
     cs_lead_params(&p, lead, in->n[0], p.z_lo, p.z_hi, &ok);
+    if (box != NULL) {
+        cs_box_params(&p, box, box->grid.n[0], in->n[0], &ok);
+        ok = ok && in_flag != NULL && box->grid.n[1] == in->n[1]
+             && box->grid.n[2] == in->n[2];
+    }
     if (!ok) {
         cs_cuda_message(ctx, "cs_cuda_tb3d_pass: invalid grids, kernel or "
                              "depth");

@@ -301,11 +301,16 @@ def _lead(ndim):
 
 
 def session_open(ptr, shape, strides, weights, *, steps, mode, cval, path,
-                 at=None, box=None):
+                 at=None, box=None, ends=0):
     """Open a session on a grid of `shape` (1 to 3 axes) loaded from the
     float64 device array at `ptr` (byte `strides`): the whole grid, or
     an array of extents `box` into the box at `at` (the rest is the
-    caller's to write before a round).  Returns (handle, path name)."""
+    caller's to write before a round).  ends > 0: where the rounds can,
+    only `ends` planes at each end of the box along axis 0 are loaded
+    (what an exchange sends), and the first round reads the rest from
+    the array, which must stay as it is until that round is done; the
+    box is whole in the grid for session_copy before it, not through
+    session_view.  Returns (handle, path name)."""
     lead = _lead(len(shape))
     at = (0,) * len(shape) if at is None else at
     box = shape if box is None else box
@@ -313,7 +318,7 @@ def session_open(ptr, shape, strides, weights, *, steps, mode, cval, path,
                               (1,) * lead + tuple(shape), weights, steps,
                               MODE_CODES[mode], cval, path,
                               (0,) * lead + tuple(at),
-                              (1,) * lead + tuple(box))
+                              (1,) * lead + tuple(box), int(ends))
 
 
 def session_run(handle, bands=None, out=None):

@@ -297,16 +297,22 @@ class _Session:
     (_engine.session_*: loaded once, stored once), so that a round costs its
     exchange and its steps and not a load and a store of the block."""
 
-    def __init__(self, shape, block, at, w, k, mode, cval, name):
+    def __init__(self, shape, block, at, w, k, mode, cval, name, ends=0):
         """A session on a grid of the padded `shape`, loaded with the
         device array `block` (the owned block) at `at`: the ghosts are
-        the first exchange's to write."""
+        the first exchange's to write.  ends > 0: where the engine can,
+        only the `ends` planes at each end along axis 0 that the first
+        exchange sends are loaded, and the first round reads the rest
+        from `block`, which stays as it is until then."""
         path = _backends.gpu_path(name, tuple(shape), w, mode, k)
         self.ndim = len(shape)
         view = _device_blocks.ready_view(block)
         self.handle, self.path = _engine.session_open(
             view.ptr, shape, view.strides, w, steps=k, mode=mode, cval=cval,
-            path=path, at=at, box=view.shape)
+            path=path, at=at, box=view.shape, ends=ends)
+        # the block, read by the first round (ends): alive as long as
+        # the session (a queued round may still read it)
+        self._block = block
         self.spans = False  # set by _session_rounds where every rank may
 
     def layout(self):
@@ -403,6 +409,16 @@ def _use_session(d, plan, k, steps):
             != "0")
 
 
+def _session_ends(plan):
+    """The planes at each end of the block along axis 0 that a session
+    loads (the first exchange sends them; the first round reads the rest
+    from the block), or 0 for the whole block:
+    CONVSTENCIL_SESSION_LOAD=whole (for comparison)."""
+    if os.environ.get("CONVSTENCIL_SESSION_LOAD", "ends") == "whole":
+        return 0
+    return plan.depth[0]
+
+
 def _vote(comm, failure, times):
     """check() (every rank learns of a failure on any), timed: a rank
     that finished its round early waits here for the others."""
@@ -436,9 +452,12 @@ def _session_rounds(d, pads, plan, link, w, k, rounds, mode, cval, name,
     where none split), or None where a value was not finite on some rank:
     the caller then runs the rounds again without a session."""
     comm = d.comm
-    # a session left open by an exception is freed with its handle
+    # a session left open by an exception is freed with its handle; it
+    # loads only the planes the first exchange sends (the block is read
+    # by the first round, before anything writes it)
     session = agree(comm, _Session, plan.padded_shape, d.local,
-                    plan.owned_starts, w, k, mode, cval, name)
+                    plan.owned_starts, w, k, mode, cval, name,
+                    _session_ends(plan))
     layouts = comm.allgather(session.layout())
     session.spans = (session.spans_fit()
                      and all(layout == layouts[0] for layout in layouts))
