@@ -500,7 +500,7 @@ static void session_case(const Kern &K, ptrdiff_t nz, ptrdiff_t ny,
     cs_cuda_session *x = nullptr;
     const ptrdiff_t at[3] = {0, 0, 0};
     cs_status st = cs_cuda_session_open(&a, n, at, n, &kern, mode, 0.5, k,
-                                        path, &x, err, sizeof err);
+                                        path, 0, &x, err, sizeof err);
     bool ok = st == want;
     double rel = 0;
     int nonfinite = -1;
