@@ -296,8 +296,9 @@ def fold_array_cases(rng):
 
 
 def open_session(rng, name, shape, k, mode, backend):
-    """(the random host grid, a session opened on its copy on the GPU,
-    its byte strides, the engine's 3D view's leading axes)."""
+    """(the random host grid, the stencil's weights, a session opened on
+    the grid's copy on the GPU, its byte strides, the engine's 3D view's
+    leading axes)."""
     from convstencil import _core, _device, _engine
     w = cs.Stencil(name).weights
     host = rng.standard_normal(shape)
@@ -310,7 +311,7 @@ def open_session(rng, name, shape, k, mode, backend):
         grid.ptr, strides, (1,) * lead + shape, w, k,
         _engine.MODE_CODES[mode], 0.5,
         cs._backends.BACKEND_CODES[backend][1])
-    return host, session, strides, lead
+    return host, w, session, strides, lead
 
 
 def session_cases(rng):
@@ -323,10 +324,9 @@ def session_cases(rng):
                                  ("box2d49p", (40, 70), "cuda-tc"),
                                  ("heat2d", (45, 139), "cuda-core"),
                                  ("heat3d", (12, 20, 33), "cuda")):
-        w = cs.Stencil(name).weights
         k, rounds, mode = 3, 2, "wrap"
-        host, session, strides, lead = open_session(rng, name, shape, k,
-                                                    mode, backend)
+        host, w, session, strides, lead = open_session(rng, name, shape, k,
+                                                       mode, backend)
         want = host
         box_shape = (2,) + shape[1:]
         starts, sizes = (0,) * 3, (1,) * lead + box_shape
@@ -366,11 +366,10 @@ def split_cases(rng):
     ok = True
     for name, shape in (("heat2d", (45, 139)), ("star2d13p", (52, 70)),
                         ("heat3d", (14, 9, 10)), ("box3d27p", (13, 8, 9))):
-        w = cs.Stencil(name).weights
         k, mode = 3, "wrap"
+        host, w, session, strides, _ = open_session(rng, name, shape, k,
+                                                    mode, "cuda-core")
         bands = (k * (w.shape[0] // 2),) * 2
-        host, session, strides, _ = open_session(rng, name, shape, k, mode,
-                                                 "cuda-core")
         split = True
         for _ in range(3):
             split &= _core.session_run(session, bands)
