@@ -233,7 +233,8 @@ def make_extension():
                 "csrc/plan.c", "csrc/plan_glue.c", "csrc/scheme.c",
                 "csrc/scheme_glue.c", "csrc/scheme_plan.c",
                 "csrc/scheme_device_glue.c", "csrc/scheme_tables_glue.c",
-                "csrc/peer_glue.c"]
+                "csrc/peer_glue.c", "csrc/device_glue.c",
+                "csrc/session_glue.c"]
                + sorted(glob.glob("csrc/cpu/*.c")))
     compile_args = ["-std=c99", "-O3", "-fopenmp", "-Wall", "-Wextra",
                     "-Wno-unused-parameter"]

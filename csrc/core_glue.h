@@ -1,8 +1,9 @@
 /*
  * core_glue.h -- what module.c shares with the other glue files that
- * run an engine (scheme_glue.c): the backend codes, the run record as a
- * dict, the poll that watches Ctrl-C and reports progress, and a status
- * code as an exception.  Defined in module.c.
+ * run an engine (scheme_glue.c, device_glue.c, ...): the backend codes,
+ * the run record as a dict, the poll that watches Ctrl-C and reports
+ * progress, a status code as an exception, and the exception of a build
+ * without CUDA.  Defined in module.c.
  */
 #ifndef CS_CORE_GLUE_H
 #define CS_CORE_GLUE_H
@@ -47,5 +48,10 @@ cs_py_make_poll(cs_py_poll *sp, int interruptible, PyObject *progress);
 void
 cs_py_raise_status(cs_status status, const char *backend,
                    const char *detail);
+
+/* Raise RuntimeError for a call that needs the CUDA engine this build
+   lacks, saying why it was left out; returns NULL. */
+PyObject *
+cs_py_no_cuda_engine(void);
 
 #endif /* CS_CORE_GLUE_H */

@@ -10,11 +10,10 @@
 #define PY_SSIZE_T_CLEAN
 #include "peer_glue.h"
 
+#include "core_glue.h"
+
 #ifdef CS_HAVE_CUDA
 #include "cuda/cuda_engine.h"
-#endif
-#ifndef CS_NO_CUDA_REASON
-#define CS_NO_CUDA_REASON "built without the CUDA engine"
 #endif
 
 #include <stdint.h>
@@ -27,14 +26,6 @@ raise_status(cs_status status, const char *msg)
     PyErr_Format(status == CS_ERR_INVALID ? PyExc_ValueError
                                           : PyExc_RuntimeError,
                  "%s", msg);
-    return NULL;
-}
-#else
-static PyObject *
-no_cuda_engine(void)
-{
-    PyErr_SetString(PyExc_RuntimeError,
-                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
     return NULL;
 }
 #endif
@@ -70,7 +61,7 @@ cs_py_cuda_ipc_export(PyObject *self, PyObject *args)
                          (Py_ssize_t)CS_IPC_HANDLE_BYTES,
                          (unsigned long long)base, (unsigned long long)size);
 #else
-    return no_cuda_engine();
+    return cs_py_no_cuda_engine();
 #endif
 }
 
@@ -110,7 +101,7 @@ cs_py_cuda_ipc_open(PyObject *self, PyObject *args)
     }
     return Py_BuildValue("(Ki)", (unsigned long long)base, device);
 #else
-    return no_cuda_engine();
+    return cs_py_no_cuda_engine();
 #endif
 }
 
@@ -137,7 +128,7 @@ cs_py_cuda_ipc_close(PyObject *self, PyObject *args)
     }
     Py_RETURN_NONE;
 #else
-    return no_cuda_engine();
+    return cs_py_no_cuda_engine();
 #endif
 }
 
@@ -164,7 +155,7 @@ cs_py_cuda_can_access_peer(PyObject *self, PyObject *args)
     }
     return PyBool_FromLong(can);
 #else
-    return no_cuda_engine();
+    return cs_py_no_cuda_engine();
 #endif
 }
 
@@ -233,6 +224,6 @@ cs_py_device_copies(PyObject *self, PyObject *copies)
     }
     Py_RETURN_NONE;
 #else
-    return no_cuda_engine();
+    return cs_py_no_cuda_engine();
 #endif
 }

@@ -21,9 +21,6 @@
 #ifdef CS_HAVE_CUDA
 #include "cuda/cuda_engine.h"
 #endif
-#ifndef CS_NO_CUDA_REASON
-#define CS_NO_CUDA_REASON "built without the CUDA engine"
-#endif
 
 #include <math.h>
 #include <stdint.h>
@@ -197,8 +194,7 @@ cs_py_run_scheme_device(PyObject *self, PyObject *args)
     (void)interruptible;
     (void)progress;
     (void)cval;
-    PyErr_SetString(PyExc_RuntimeError,
-                    "this build has no CUDA engine: " CS_NO_CUDA_REASON);
+    cs_py_no_cuda_engine();
 #endif
 
 exit:
