@@ -446,6 +446,29 @@ def test_device_out_of_memory_on_one_rank(comm, monkeypatch):
         csd.apply(d, "heat2d", steps=3, transport="staging")
 
 
+def test_tune_defaults_on_device_blocks_run_whole_passes(comm, shared_rng):
+    """Device blocks: info() says how many steps a pass of the engine
+    fuses at most on a round's block, and tune_halo_steps' default k
+    (beyond the model's) are multiples of it; host blocks have none."""
+    csd = _csd()
+    u = shared_rng.uniform(-1, 1, (64, 24))
+    d = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                    dims=(comm.Get_size(), 1), backend="cuda")
+    model = csd.info(csd.apply(d, "heat2d", steps=12, mode="wrap",
+                               transport="staging"))
+    depth = model["fused_depth"]
+    assert isinstance(depth, int) and depth >= 1
+    k, times = csd.tune_halo_steps(d, "heat2d", steps=12, mode="wrap",
+                                   repeat=1, transport="staging")
+    assert k in times and model["halo_steps"] in times
+    assert all(kk == model["halo_steps"] or kk % depth == 0
+               for kk in times), (depth, times)
+    host = csd.scatter(u if comm.Get_rank() == 0 else None, comm=comm,
+                       dims=(comm.Get_size(), 1), backend="cpu")
+    assert not host.on_device and csd.info(csd.apply(host, "heat2d", steps=4,
+                              mode="wrap"))["fused_depth"] is None
+
+
 def test_tune_halo_steps_on_device_blocks(comm, shared_rng):
     """tune_halo_steps on device blocks: every candidate runs, the grid
     is left as it was, and the tuned k gives the reference's grid."""

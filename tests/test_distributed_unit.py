@@ -283,17 +283,46 @@ def test_device_model_prices_the_engine_plan():
     gpu = csd.DistributedGrid(None, (20480, 10240), _partition.split(
         (20480, 10240), (2, 1)), _Comm(0, 2), True)
     for steps in (1000, 600, 601):
-        _, k = _plan.make_plan(gpu, (3, 3), "wrap", steps, None, 5,
-                               weights=w)
+        plan, k = _plan.make_plan(gpu, (3, 3), "wrap", steps, None, 5,
+                                  weights=w)
         assert k > 64 and k % depth == 0, (steps, k)
         assert k <= _plan.MAX_AUTO_HALO_STEPS_DEVICE
+        # the plan says what a pass fuses (info()'s fused_depth)
+        assert plan.fused_depth == depth
+    # a forced k that is no multiple of the depth still reports it
+    forced, _ = _plan.make_plan(gpu, (3, 3), "wrap", 600, depth + 1, 5,
+                                weights=w)
+    assert forced.fused_depth == depth
     # a forced path prices its own plan
     assert _backends.gpu_run_model("cuda-tc", (64, 64), w, "wrap",
                                    10)[0] == "tensor-core"
     # the host model is untouched by weights: host blocks stop at 64
-    _, k_host = _plan.make_plan(_grid((20480, 10240), (2, 1), 0), (3, 3),
-                                "wrap", 1000, None, 5, weights=w)
+    host, k_host = _plan.make_plan(_grid((20480, 10240), (2, 1), 0),
+                                   (3, 3), "wrap", 1000, None, 5, weights=w)
     assert k_host <= _plan.MAX_AUTO_HALO_STEPS
+    assert host.fused_depth is None
+
+
+def test_tune_candidates_run_whole_passes():
+    """tune_halo_steps' default k: the model's, and the powers of two
+    from 4 to the steps, each moved to the nearest multiple of the
+    engine's fused depth (no round ends in a shallower pass), never past
+    the steps; without a depth (host blocks) the powers of two as they
+    are."""
+    from convstencil.distributed import _tune
+    assert _tune._default_candidates(40, 600) == [4, 8, 16, 32, 40, 64,
+                                                  128, 256, 512]
+    assert _tune._default_candidates(6, 60, 3) == [3, 6, 9, 15, 33]
+    assert _tune._default_candidates(6, 32, 3) == [3, 6, 9, 15, 30]
+    assert _tune._default_candidates(40, 600, 8) == [8, 16, 32, 40, 64,
+                                                     128, 256, 512]
+    for model_k, steps, depth in [(15, 300, 3), (7, 100, 5), (2, 5, 3),
+                                  (13, 200, 13), (1, 3, 1)]:
+        ks = _tune._default_candidates(model_k, steps, depth)
+        assert model_k in ks and ks == sorted(set(ks))
+        assert all(k == model_k or (k % depth == 0 and k <= max(steps,
+                                                                depth))
+                   for k in ks), (model_k, steps, depth, ks)
 
 
 def test_candidate_halo_steps():

@@ -52,6 +52,9 @@ class HaloPlan:
         self.radii = radii
         self.k = k
         self.overlap = False  # interior compute during the exchange
+        # the steps an engine pass fuses in a round (device blocks: the
+        # engine's plan for the model's block; None on host blocks)
+        self.fused_depth = None
         # under wrap every ghosted side is internal
         self.lo = tuple(bool(g and (c > 0 or periodic))
                         for g, c in zip(ghosted, d.coords))
@@ -192,10 +195,12 @@ def make_plan(d, weights_shape, mode, steps, halo_steps, taps,
                else MAX_AUTO_HALO_STEPS)
     engine = ((weights, mode, backend) if d.on_device and weights is not None
               else None)
-    k, chosen = choose_halo_steps(d, radii, ghosted, min(k_max, deepest),
-                                  steps, taps, overlaps, k, engine)
+    k, chosen, depth = choose_halo_steps(d, radii, ghosted,
+                                         min(k_max, deepest), steps, taps,
+                                         overlaps, k, engine)
     plan = HaloPlan(d, radii, ghosted, periodic, k)
     plan.overlap = chosen
+    plan.fused_depth = depth
     return plan, k
 
 
@@ -299,6 +304,31 @@ def _priced_round(padded, k, wbytes, wshape, mode, path, cap, cc_major,
     return seconds, plan
 
 
+def _round_depth(shape, depth_sides, k, engine):
+    """The steps a pass fuses in the engine's plan for a round of k on
+    the padded block."""
+    padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
+    return int(_engine_round(padded, k, engine)[1].get("fused_depth") or 1)
+
+
+# Steps enough for any engine plan to fuse its deepest passes (tc1d's
+# are the deepest, 15 steps).
+_DEPTH_PROBE_STEPS = 64
+
+
+def _engine_depth(shape, depth_sides, k, engine):
+    """The most steps a pass of the engine fuses on the padded block of
+    a round of k (its plan for a deeper run where k is shallow), None
+    without an engine: a k that is a multiple of it, or no more than it,
+    runs no shallower pass (has_tail_pass)."""
+    if engine is None:
+        return None
+    padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
+    steps = max(k, _DEPTH_PROBE_STEPS)
+    return int(_engine_round(padded, steps, engine)[1].get("fused_depth")
+               or 1)
+
+
 def has_tail_pass(shape, depth_sides, k, engine):
     """Whether the engine runs k steps on the padded block with a pass
     shallower than its fused depth.  On one H100 such a round ran 12 to
@@ -306,9 +336,7 @@ def has_tail_pass(shape, depth_sides, k, engine):
     60 steps at depth 8 against 64; heat3d: 8 and 16 at depth 3 against
     6 and 15; benchmarks/results/h100_session_rounds.md), more than the
     model prices the shallow pass."""
-    padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
-    plan = _engine_round(padded, k, engine)[1]
-    depth = int(plan.get("fused_depth") or 1)
+    depth = _round_depth(shape, depth_sides, k, engine)
     return k > depth and k % depth != 0
 
 
@@ -377,9 +405,10 @@ def candidate_halo_steps(k_max):
 
 def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
                       overlaps=(False,), k=None, engine=None):
-    """(k, overlap): the k among candidate_halo_steps(k_max) (or the
-    given `k`) and the choice in `overlaps` the cost model predicts
-    fastest.  Every rank must pick the same, so the model sees the
+    """(k, overlap, fused_depth): the k among candidate_halo_steps(k_max)
+    (or the given `k`) and the choice in `overlaps` the cost model
+    predicts fastest, and the most steps a pass of the engine fuses on
+    that round's block (None without `engine`).  Every rank must pick the same, so the model sees the
     largest block with neighbours on both sides of every ghosted axis.
     The model prices steady rounds; where the engine's plan prices device
     rounds (`engine`), the whole run: the rounds an engine session runs,
@@ -440,4 +469,5 @@ def _choose_halo_steps(shape, radii, ghosted, k_max, steps, taps, overlaps,
 
     costs = [(cost(kk, ov), kk, ov) for ov in overlaps for kk in ks]
     _, k, overlap = min(costs, key=lambda c: c[0])
-    return k, overlap
+    return k, overlap, _engine_depth(shape, sides, k, engine)
+

@@ -39,7 +39,10 @@ def info(d=None):
     checks, the plan, the padded blocks, the transport), load_seconds
     (of those: taking the padded blocks and copying the block in), the
     exchange's parts (device blocks): exchange_pack_seconds,
-    exchange_move_seconds, exchange_unpack_seconds, ...
+    exchange_move_seconds, exchange_unpack_seconds, fused_depth (device
+    blocks: the most steps a pass of the engine fuses on a round's
+    block; a halo_steps that is a multiple of it runs no shallower
+    pass; None on host blocks), ...
 
     With overlap (info["overlap"]): exchange_seconds is the exchange time
     this rank did not hide (posting, waiting, the later axes);
@@ -560,4 +563,5 @@ def _run(d, pads, plan, k, link, w, steps, mode, cval, name, use_session,
             "path": engine.path, "steps": steps, "mode": mode,
             "dims": d.dims, "ranks": comm_size,
             "ghost_depth": plan.ghost_depth,
+            "fused_depth": plan.fused_depth,
             "padded_shape": plan.padded_shape, "_final": cur}

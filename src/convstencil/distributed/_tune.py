@@ -38,14 +38,23 @@ def _check_repeat(repeat):
     return repeat
 
 
-def _default_candidates(model_k, steps):
+def _default_candidates(model_k, steps, depth=None):
     """The model's k, and the powers of two from 4 up to the steps (k =
     128 of 200 steps, one round and a shorter one, was the fastest of the
-    sweeps above)."""
+    sweeps above), each moved to the nearest multiple of the engine's
+    fused depth where the run has one (info()'s fused_depth): a round of
+    any other k ends in a shallower pass.  heat3d's passes fuse 3 steps,
+    so no power of two ran whole passes: on 2 H200s its forced k = 4, 8
+    and 16 ran at 66.7 to 78.8% of plain apply's rate, the model's 6 at
+    90.8% (benchmarks/results/h200x2_multigpu_4gpu_blocks_017aac0.md)."""
+    depth = depth or 1
     ks = {model_k}
     k = 4
     while k <= steps:
-        ks.add(k)
+        whole = max(depth, depth * int(k / depth + 0.5))
+        if whole > steps:
+            whole = max(depth, steps // depth * depth)
+        ks.add(whole)
         k *= 2
     return sorted(ks)
 
@@ -69,7 +78,9 @@ def tune_halo_steps(d, stencil=None, *, weights=None, steps=1,
 
     The arguments are apply()'s (backend, transport, overlap, ...
     through `apply_kw`); `candidates`: the k to try, default the cost
-    model's k and the powers of two from 4 to `steps`.  A k deeper than
+    model's k and the powers of two from 4 to `steps`, on device blocks
+    each moved to the nearest multiple of the steps the engine fuses in
+    a pass (info()'s fused_depth).  A k deeper than
     a block allows runs shallower (apply() shrinks it), and times lists
     the k that ran.  Each try is a whole apply() whose result is dropped,
     after one warm-up run with the model's k: tuning costs some
@@ -87,11 +98,12 @@ def tune_halo_steps(d, stencil=None, *, weights=None, steps=1,
     kw = dict(apply_kw, weights=weights, steps=steps, mode=mode, cval=cval)
     warm = apply(d, stencil, halo_steps=None, **kw)
     model_k = warm.info["halo_steps"]
+    depth = warm.info.get("fused_depth")
     del warm
     if model_k is None:  # nothing is exchanged: k does not matter
         return None, {}
     if candidates is None:
-        candidates = _default_candidates(model_k, steps)
+        candidates = _default_candidates(model_k, steps, depth)
     times = {}
     for k in candidates:
         ran, best = k, None
