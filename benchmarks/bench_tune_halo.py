@@ -55,14 +55,30 @@ def case(comm, preset, shape, steps, repeat):
             "gstencils_tuned_k": np.prod(shape) * steps / med["tuned"] / 1e9}
 
 
+def parse_case(text):
+    """'heat3d:1024x512x512:300' -> ("heat3d", (1024, 512, 512), 300)."""
+    try:
+        preset, extent, steps = text.split(":")
+        shape = tuple(int(n) for n in extent.split("x"))
+        return preset, shape, int(steps)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "a case is PRESET:EXTENT:STEPS, e.g. heat3d:1024x512x512:300, "
+            "got %r" % text) from None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--case", action="append", type=parse_case,
+                   help="PRESET:EXTENT:STEPS of the whole grid (e.g. "
+                        "heat3d:1024x512x512:300), instead of the default "
+                        "cases; repeatable")
     p.add_argument("--save")
     args = p.parse_args()
     comm = MPI.COMM_WORLD
     records = [case(comm, preset, shape, steps, args.repeat)
-               for preset, shape, steps in CASES]
+               for preset, shape, steps in (args.case or CASES)]
     if comm.Get_rank() != 0:
         return
     name = subprocess.run(["nvidia-smi", "--query-gpu=name",
