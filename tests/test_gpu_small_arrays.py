@@ -483,3 +483,35 @@ def test_last_run_info_and_explain_after_device_runs(rng):
     assert "device_array" in info and info["steps"] == 1
     text = str(e)
     assert "heat2d" in text and e.path in text
+
+
+def test_the_cache_frees_the_block_given_back_longest_ago(rng, monkeypatch):
+    """Over the limit of idle device blocks, the one given back longest
+    ago goes, not the largest: the block a call just used stays for the
+    next call of its shape (freeing the largest first freed it, so a
+    larger grid after smaller ones allocated its block at every call)."""
+    big, small = rng.random((60, 64)), rng.random((13, 19))
+
+    def kept_alone(host):
+        cs.clear_cache()
+        cs.apply(upload(host), "heat2d", steps=4)
+        info = cs.cache_info()
+        assert info["blocks"] == 1
+        return info["device_bytes"]
+
+    big_bytes, small_bytes = kept_alone(big), kept_alone(small)
+    assert big_bytes > 2 * small_bytes
+    # room for the big block (and a lane's parameters), not for both
+    monkeypatch.setenv("CONVSTENCIL_CACHE_BYTES", str(big_bytes))
+    try:
+        cs.clear_cache()
+        cs.apply(upload(small), "heat2d", steps=4)
+        out = cs.apply(upload(big), "heat2d", steps=4)
+        info = cs.cache_info()
+        # the big block stays (the lanes' parameters, also counted,
+        # may have grown a little)
+        assert info["blocks"] == 1
+        assert info["device_bytes"] > (big_bytes + small_bytes) / 2
+        assert_close(download(out), expected(big, "heat2d", 4))
+    finally:
+        cs.clear_cache()

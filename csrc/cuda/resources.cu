@@ -571,7 +571,7 @@ idle_limit(int device)
 }
 
 static int
-pick_largest(const cs_block *b, const void *arg)
+pick_this(const cs_block *b, const void *arg)
 {
     return b == (const cs_block *)arg;
 }
@@ -590,7 +590,12 @@ cs_block_give(cs_cuda_ctx *ctx, cs_block *block)
         (void)cudaGetLastError();
         block->idle_recorded = 0;
     }
-    /* the limit is per device: evict that device's largest idle blocks */
+    /* the limit is per device: evict that device's idle blocks given
+       back longest ago.  Evicting the largest first evicted the block
+       just given back where the others were of its size or a little
+       smaller: the next call of the same shape then allocated it again
+       (and a peer mapped it again; a distributed run's k sweep after
+       other grids took 2.6 times as long a run) */
     const int device = block->device;
     const size_t limit = idle_limit(device);
     cs_block *evicted = NULL;
@@ -603,14 +608,13 @@ cs_block_give(cs_cuda_ctx *ctx, cs_block *block)
         on_device += b->device == device ? b->bytes : 0;
     }
     while (on_device > limit) {
-        const cs_block *largest = NULL;
+        const cs_block *oldest = NULL; /* the list runs newest first */
         for (const cs_block *b = idle_blocks; b != NULL; b = b->next) {
-            if (b->device == device
-                && (largest == NULL || b->bytes > largest->bytes)) {
-                largest = b;
+            if (b->device == device) {
+                oldest = b;
             }
         }
-        cs_block *gone = unlink_idle(pick_largest, largest);
+        cs_block *gone = unlink_idle(pick_this, oldest);
         on_device -= gone->bytes;
         gone->next = evicted;
         evicted = gone;
