@@ -27,7 +27,7 @@ def run(d, steps, k):
     s = time.perf_counter() - t
     i = csd.info(r)
     del r
-    c = cs._core.cache_info()
+    c = cs.cache_info()
     if comm.rank == 0:
         print("%-16s k=%-4s %7.1f ms %-8s %s | cache %5.1f GB %d blocks | "
               "mapped %d" % (

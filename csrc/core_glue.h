@@ -49,6 +49,12 @@ void
 cs_py_raise_status(cs_status status, const char *backend,
                    const char *detail);
 
+/* Why this build has no CUDA engine (setup.py defines it where it left
+   CUDA out). */
+#ifndef CS_NO_CUDA_REASON
+#define CS_NO_CUDA_REASON "built without the CUDA engine"
+#endif
+
 /* Raise RuntimeError for a call that needs the CUDA engine this build
    lacks, saying why it was left out; returns NULL. */
 PyObject *

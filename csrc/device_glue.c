@@ -22,9 +22,6 @@
 #ifdef CS_HAVE_CUDA
 #include "cuda/cuda_engine.h"
 #endif
-#ifndef CS_NO_CUDA_REASON
-#define CS_NO_CUDA_REASON "built without the CUDA engine"
-#endif
 
 #ifdef CS_HAVE_CUDA
 /* None, or RuntimeError(msg) where status is not CS_OK. */

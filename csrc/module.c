@@ -35,9 +35,6 @@
 #ifdef CS_HAVE_CUDA
 #include "cuda/cuda_engine.h"
 #endif
-#ifndef CS_NO_CUDA_REASON
-#define CS_NO_CUDA_REASON "built without the CUDA engine"
-#endif
 
 /* 1 where the CUDA engine runs on the CPU emulation of tests/cuda_emu
    (setup.py's CONVSTENCIL_CUDA=emulate), exported as CUDA_EMULATION. */
@@ -245,7 +242,6 @@ cs_py_raise_status(cs_status status, const char *backend, const char *detail)
 PyObject *
 cs_py_no_cuda_engine(void)
 {
-    /* CS_NO_CUDA_REASON comes from setup.py: why CUDA was left out */
     PyErr_SetString(PyExc_RuntimeError,
                     "this build has no CUDA engine: " CS_NO_CUDA_REASON);
     return NULL;

@@ -19,7 +19,8 @@
  * Idle device blocks are kept up to a limit (CS_CACHE_FRACTION of the
  * device's memory, or CONVSTENCIL_CACHE_BYTES), those given back
  * longest ago freed first; when a cudaMalloc fails, every idle block is
- * freed and it is tried once more.  cs_cuda_clear_cache() frees every idle lane and block.
+ * freed and it is tried once more.  cs_cuda_clear_cache() frees every
+ * idle lane and block.
  */
 #ifndef CS_CUDA_RESOURCES_CUH
 #define CS_CUDA_RESOURCES_CUH

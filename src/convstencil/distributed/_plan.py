@@ -52,8 +52,9 @@ class HaloPlan:
         self.radii = radii
         self.k = k
         self.overlap = False  # interior compute during the exchange
-        # the steps an engine pass fuses in a round (device blocks: the
-        # engine's plan for the model's block; None on host blocks)
+        # the most steps an engine pass fuses on a round's block (device
+        # blocks, from the engine's plan for the model's block; None on
+        # host blocks)
         self.fused_depth = None
         # under wrap every ghosted side is internal
         self.lo = tuple(bool(g and (c > 0 or periodic))
@@ -304,11 +305,12 @@ def _priced_round(padded, k, wbytes, wshape, mode, path, cap, cc_major,
     return seconds, plan
 
 
-def _round_depth(shape, depth_sides, k, engine):
-    """The steps a pass fuses in the engine's plan for a round of k on
-    the padded block."""
+def _round_depth(shape, depth_sides, k, engine, steps=None):
+    """The steps a pass fuses in the engine's plan for `steps` (default
+    k) on the padded block of a round of k."""
     padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
-    return int(_engine_round(padded, k, engine)[1].get("fused_depth") or 1)
+    plan = _engine_round(padded, steps or k, engine)[1]
+    return int(plan.get("fused_depth") or 1)
 
 
 # Steps enough for any engine plan to fuse its deepest passes (tc1d's
@@ -323,10 +325,8 @@ def _engine_depth(shape, depth_sides, k, engine):
     runs no shallower pass (has_tail_pass)."""
     if engine is None:
         return None
-    padded = [n + k * r * sides for n, (r, sides) in zip(shape, depth_sides)]
-    steps = max(k, _DEPTH_PROBE_STEPS)
-    return int(_engine_round(padded, steps, engine)[1].get("fused_depth")
-               or 1)
+    return _round_depth(shape, depth_sides, k, engine,
+                        steps=max(k, _DEPTH_PROBE_STEPS))
 
 
 def has_tail_pass(shape, depth_sides, k, engine):
@@ -408,8 +408,9 @@ def choose_halo_steps(d, radii, ghosted, k_max, steps, taps,
     """(k, overlap, fused_depth): the k among candidate_halo_steps(k_max)
     (or the given `k`) and the choice in `overlaps` the cost model
     predicts fastest, and the most steps a pass of the engine fuses on
-    that round's block (None without `engine`).  Every rank must pick the same, so the model sees the
-    largest block with neighbours on both sides of every ghosted axis.
+    that round's block (None without `engine`).  Every rank must pick
+    the same, so the model sees the largest block with neighbours on
+    both sides of every ghosted axis.
     The model prices steady rounds; where the engine's plan prices device
     rounds (`engine`), the whole run: the rounds an engine session runs,
     then what remains of `steps` as a call of its own, which loads and
@@ -470,4 +471,3 @@ def _choose_halo_steps(shape, radii, ghosted, k_max, steps, taps, overlaps,
     costs = [(cost(kk, ov), kk, ov) for ov in overlaps for kk in ks]
     _, k, overlap = min(costs, key=lambda c: c[0])
     return k, overlap, _engine_depth(shape, sides, k, engine)
-
